@@ -1,0 +1,1 @@
+"""streamchat: a browser chat that streams an LLM's reply token by token."""

@@ -1,0 +1,50 @@
+"""Inference engines behind one contract (`app.engine.base`). Nothing here knows HTTP or SQL."""
+
+from __future__ import annotations
+
+from app.engine.base import (
+    ChatMessages,
+    Engine,
+    EngineError,
+    EngineEvent,
+    EngineStats,
+    EngineUnavailableError,
+    Finished,
+    FinishReason,
+    PromptTooLongError,
+    SamplingParams,
+    TextDelta,
+)
+from app.settings import EngineSettings
+
+__all__ = [
+    "ChatMessages",
+    "Engine",
+    "EngineError",
+    "EngineEvent",
+    "EngineStats",
+    "EngineUnavailableError",
+    "FinishReason",
+    "Finished",
+    "PromptTooLongError",
+    "SamplingParams",
+    "TextDelta",
+    "create_engine",
+]
+
+
+def create_engine(settings: EngineSettings) -> Engine:
+    """Build the engine the settings name. Heavy imports happen only for the chosen one."""
+    if settings.kind == "llamacpp":
+        from app.engine.llamacpp import LlamaCppEngine
+
+        return LlamaCppEngine(settings)
+    if settings.kind == "synthetic":
+        from app.engine.synthetic import SyntheticEngine
+
+        return SyntheticEngine(settings)
+    if settings.kind == "trtllm":
+        from app.engine.trtllm import TrtLlmEngine
+
+        return TrtLlmEngine(settings)
+    raise ValueError(f"unknown ENGINE {settings.kind!r}: choose llamacpp, trtllm or synthetic")

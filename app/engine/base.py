@@ -1,0 +1,142 @@
+"""The engine contract: what every inference engine offers, and all that the layers above may use.
+
+An engine turns chat messages into a stream of events. It knows nothing of HTTP or databases.
+
+    stream = engine.generate(request_id, messages, params)   # validates now: may raise EngineError
+    async for event in stream:                                # TextDelta ... then one Finished
+        ...
+    engine.abort(request_id)                                  # from anywhere, any time, idempotent
+
+`generate` checks its input eagerly (template, tokenisation, context length), so a caller can answer
+bad input with a clear error before it commits to a streaming response. The stream it returns always
+ends with exactly one `Finished` event, whatever happens: abort, shutdown or an engine failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+ChatMessages = Sequence[Mapping[str, str]]
+"""OpenAI-style messages: each a mapping with `role` ("system", "user", "assistant") and `content`."""
+
+
+class EngineError(Exception):
+    """Input the engine cannot serve; raised by `generate` before any event is produced."""
+
+
+class PromptTooLongError(EngineError):
+    """The rendered prompt (plus room for at least one new token) does not fit the context."""
+
+    def __init__(self, prompt_tokens: int, context_size: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.context_size = context_size
+        super().__init__(
+            f"prompt is {prompt_tokens} tokens but the model's context holds {context_size} "
+            f"(including the reply): shorten the conversation"
+        )
+
+
+class EngineUnavailableError(EngineError):
+    """The engine is not running (not started yet, or shutting down)."""
+
+
+class DuplicateRequestError(EngineError):
+    """A request with this id is already running."""
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"  # end-of-sequence token or a stop string
+    LENGTH = "length"  # max_tokens, or the context filled up
+    CANCELLED = "cancelled"  # abort(), or shutdown
+    ERROR = "error"  # the engine failed; `Finished.error` says how
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int = 256
+    temperature: float = 0.7  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 means no top-k cut
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError("temperature must be between 0 and 2")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be 0 (off) or positive")
+        if len(self.stop) > 4 or any(not s for s in self.stop):
+            raise ValueError("at most 4 stop strings, none empty")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """New stable text (never half a character, never a possible stop-string prefix)."""
+
+    text: str
+    token_ids: tuple[int, ...]  # the tokens sampled since the previous event (may be more than the text shows)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last event of every stream. Timestamps are wall-clock seconds (`time.time()`)."""
+
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int  # every token the engine sampled for this request, shown or not
+    queued_at: float
+    first_token_at: float | None  # None when no token was produced
+    finished_at: float
+    error: str | None = None
+
+
+EngineEvent = TextDelta | Finished
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    running: int  # sequences holding KV cache and advancing each step
+    waiting: int  # admitted to the queue, not yet running
+    kv_used: int  # KV cells (tokens) in use
+    kv_total: int
+    steps: int  # engine steps taken since start
+    tokens_generated: int  # tokens sampled since start
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the layers above the engine may rely on; nothing more."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def context_size(self) -> int: ...
+
+    async def start(self) -> None:
+        """Load the model and start the loop; returns when the engine can serve."""
+
+    async def shutdown(self) -> None:
+        """Stop admitting, end every open stream with `cancelled`, free everything."""
+
+    def generate(
+        self, request_id: str, messages: ChatMessages, params: SamplingParams
+    ) -> AsyncIterator[EngineEvent]:
+        """Validate and enqueue; call from the event loop. Raises `EngineError` on bad input."""
+
+    def abort(self, request_id: str) -> None:
+        """Idempotent and non-blocking: the sequence ends at the next step, its KV cache freed."""
+
+    def stats(self) -> EngineStats: ...

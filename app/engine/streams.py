@@ -1,0 +1,62 @@
+"""The hand-off from an engine loop to asyncio: one `EventStream` per request.
+
+The engine side never waits: `push` only appends (call it on the event loop's thread, e.g. through
+`loop.call_soon_threadsafe` from an engine thread, ideally once per step for all streams at once).
+The consumer side is an async iterator that ends after the `Finished` event. A consumer that stops
+early (`aclose`, or garbage collection of an abandoned `async for`) aborts the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+from app.engine.base import EngineEvent, Finished
+
+
+class EventStream:
+    __slots__ = ("_events", "_finished", "_on_abandon", "_waiter", "request_id")
+
+    def __init__(self, request_id: str, on_abandon: Callable[[str], None]) -> None:
+        self.request_id = request_id
+        self._events: deque[EngineEvent] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._finished = False  # a Finished event has been pushed
+        self._on_abandon = on_abandon
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def push(self, event: EngineEvent) -> None:
+        """Append an event. Must run on the event loop's thread. Never blocks."""
+        if self._finished:
+            return  # exactly one Finished, and nothing after it
+        self._events.append(event)
+        if isinstance(event, Finished):
+            self._finished = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        while not self._events:
+            if self._finished:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        event = self._events.popleft()
+        return event
+
+    async def aclose(self) -> None:
+        """The consumer is done: if the request is still running, abort it."""
+        if not self._finished:
+            self._on_abandon(self.request_id)
+        self._events.clear()

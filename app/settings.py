@@ -1,0 +1,102 @@
+"""Every setting, read from the environment in one place.
+
+Engine settings live in their own dataclass so that the engine package can be configured without
+knowing about the web app.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    kind: str = "llamacpp"  # llamacpp | trtllm | synthetic
+    model_path: str | None = None  # a GGUF (llamacpp) or a model dir/name (trtllm); None: SmolLM2
+    context_size: int = 2048  # tokens one sequence may hold: prompt + reply
+    max_seqs: int = 16  # sequences decoding at once; the rest wait in FIFO order
+    kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
+    threads: int = max(1, os.cpu_count() or 1)
+    step_token_budget: int = 64  # tokens per engine step: decodes first, then prefill chunks
+    trtllm_in_process: bool = True  # TLLM_WORKER_USE_SINGLE_PROCESS=1 (see app/engine/trtllm.py)
+    synthetic_step_ms: float = 20.0  # synthetic engine: fixed cost of one step
+    synthetic_per_seq_ms: float = 0.5  # ... plus this much per running sequence
+    synthetic_prefill_ms_per_token: float = 0.05
+
+    @classmethod
+    def from_env(cls) -> EngineSettings:
+        d = cls()
+        return cls(
+            kind=_env("ENGINE", d.kind),
+            model_path=os.environ.get("MODEL_PATH") or None,
+            context_size=_env_int("ENGINE_CONTEXT", d.context_size),
+            max_seqs=_env_int("ENGINE_MAX_SEQS", d.max_seqs),
+            kv_cells=_env_int("ENGINE_KV_CELLS", d.kv_cells),
+            threads=_env_int("ENGINE_THREADS", d.threads),
+            step_token_budget=_env_int("ENGINE_STEP_TOKENS", d.step_token_budget),
+            trtllm_in_process=_env_bool("TRTLLM_IN_PROCESS", d.trtllm_in_process),
+            synthetic_step_ms=_env_float("SYNTHETIC_STEP_MS", d.synthetic_step_ms),
+            synthetic_per_seq_ms=_env_float("SYNTHETIC_PER_SEQ_MS", d.synthetic_per_seq_ms),
+            synthetic_prefill_ms_per_token=_env_float(
+                "SYNTHETIC_PREFILL_MS_PER_TOKEN", d.synthetic_prefill_ms_per_token
+            ),
+        )
+
+
+def _default_database_url() -> str:
+    data = Path(_env("DATA_DIR", "data")).resolve()
+    return f"sqlite+aiosqlite:///{data / 'streamchat.db'}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    database_url: str = field(default_factory=_default_database_url)
+    secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
+    keepalive_s: float = 15.0  # SSE comment / WS ping when a stream is idle
+    page_grace_s: float = 5.0  # how long a page reply waits for its client to resume
+    api_grace_s: float = 0.0  # same for /v1: OpenAI clients never resume
+    client_deadline_s: float = 30.0  # a subscriber that takes nothing this long is gone
+    flush_interval_s: float = 1.0  # partial text reaches the database at least this often
+    max_message_chars: int = 16000
+    default_max_tokens: int = 512
+    debug: bool = False
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        d = cls(secret_key="unused")
+        return cls(
+            engine=EngineSettings.from_env(),
+            database_url=os.environ.get("DATABASE_URL") or _default_database_url(),
+            secret_key=os.environ.get("SECRET_KEY") or secrets.token_hex(32),
+            keepalive_s=_env_float("KEEPALIVE_S", d.keepalive_s),
+            page_grace_s=_env_float("PAGE_GRACE_S", d.page_grace_s),
+            api_grace_s=_env_float("API_GRACE_S", d.api_grace_s),
+            client_deadline_s=_env_float("CLIENT_DEADLINE_S", d.client_deadline_s),
+            flush_interval_s=_env_float("FLUSH_INTERVAL_S", d.flush_interval_s),
+            max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
+            default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
+            debug=_env_bool("DEBUG", d.debug),
+        )
