@@ -82,7 +82,9 @@ def _decode_complete(data: bytes) -> str:
         return data.decode("utf-8", errors="replace")
 
 
-def reference_detokenize(pieces: Sequence[bytes], stop: Sequence[str] = ()) -> list[tuple[str, bool]]:
+def reference_detokenize(
+    pieces: Sequence[bytes], stop: Sequence[str] = ()
+) -> list[tuple[str, bool]]:
     """The test oracle: re-decode everything after every token (quadratic, obviously right)."""
     out: list[tuple[str, bool]] = []
     sent = ""

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.engine.detokenizer import IncrementalDetokenizer, reference_detokenize
 
 # Letters that stress the decoder: 2-, 3- and 4-byte UTF-8, right-to-left scripts, combining marks.
-ALPHABET = list("ab \n:Us") + list("éñ漢字かな한글שלוםمرحبا") + ["\u0301", "\u0308", "👍", "🧑‍💻", "🇫🇷"]
+ALPHABET = (
+    list("ab \n:Us") + list("éñ漢字かな한글שלוםمرحبا") + ["\u0301", "\u0308", "👍", "🧑‍💻", "🇫🇷"]
+)
 texts = st.lists(st.sampled_from(ALPHABET), max_size=40).map("".join)
 
 
@@ -19,7 +23,7 @@ def tokenised(draw: st.DrawFn) -> tuple[str, list[bytes], list[str]]:
     data = text.encode()
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(data) - 1)), max_size=len(data))))
     bounds = [0, *[c for c in cuts if 0 < c < len(data)], len(data)]
-    pieces = [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    pieces = [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]
     # Stops: substrings of the text (so they do occur, often across token boundaries) or random.
     stops = []
     for _ in range(draw(st.integers(0, 3))):
@@ -61,7 +65,9 @@ def test_incremental_matches_full_redecode_oracle(case: tuple[str, list[bytes], 
 
 @settings(max_examples=200, deadline=None)
 @given(tokenised())
-def test_no_emitted_prefix_ever_contains_a_stop_string(case: tuple[str, list[bytes], list[str]]) -> None:
+def test_no_emitted_prefix_ever_contains_a_stop_string(
+    case: tuple[str, list[bytes], list[str]],
+) -> None:
     _, pieces, stops = case
     steps, tail = run_incremental(pieces, stops)
     emitted = "".join(t for t, _ in steps) + tail
