@@ -1,0 +1,1 @@
+"""Users, passwords and API keys."""
