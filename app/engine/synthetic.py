@@ -1,0 +1,385 @@
+"""A model-free engine with the full engine contract, for load-testing everything above the engine.
+
+It behaves like a continuous-batching engine without doing any maths, so that thousands of streams
+can be driven on two CPU cores and the layers above (HTTP, SSE, the database, resume) can be
+exercised and measured without a model:
+
+- one asyncio task steps every running sequence at once (no task or thread per stream);
+- a step takes `synthetic_step_ms + synthetic_per_seq_ms * running` milliseconds, plus
+  `synthetic_prefill_ms_per_token` per prompt token of the sequences that join in that step, which is
+  how a real decode step's cost grows with the batch;
+- at most `max_seqs` sequences run, the rest wait in FIFO order; a sequence is admitted only when the
+  KV cache (`kv_cells`) can hold its prompt plus the longest reply it may produce, so a running
+  sequence never has to be pre-empted (`stats().kv_used` counts the cells actually in use);
+- "tokens" are 4-byte chunks of UTF-8, both for the prompt (`prompt tokens = ceil(bytes / 4)`) and
+  for the reply, so reply tokens split multi-byte characters exactly as byte-level BPE pieces do;
+- the reply is deterministic: a function of the rendered prompt and `SamplingParams.seed`. It mixes
+  ASCII with accents, CJK, emoji (with modifiers and ZWJ sequences) and right-to-left scripts, and
+  ends on its own (`stop`) after a prompt-determined number of tokens unless `max_tokens` or the
+  context comes first (`length`).
+
+Markers, read from the last user message only (so that a conversation can carry on after one):
+
+- ``[[synthetic:fail-after=N]]``: the request ends with `FinishReason.ERROR` (and an `error` text)
+  once N tokens have been sampled; N=0 fails in the first step, before any token. A reply that
+  ends on its own before N tokens ends normally.
+- ``[[synthetic:tokens=N]]``: the reply is exactly N tokens long (then `stop`), unless `max_tokens`
+  or the context cuts it first (`length`). Handy to give every request of a load test the same cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from app.engine.base import (
+    ChatMessages,
+    DuplicateRequestError,
+    EngineError,
+    EngineEvent,
+    EngineStats,
+    EngineUnavailableError,
+    Finished,
+    FinishReason,
+    PromptTooLongError,
+    SamplingParams,
+    TextDelta,
+)
+from app.engine.detokenizer import IncrementalDetokenizer
+from app.engine.streams import EventStream
+from app.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+BYTES_PER_TOKEN = 4
+_MASK64 = (1 << 64) - 1
+_MARKER = re.compile(r"\[\[synthetic:(fail-after|tokens)=(\d+)\]\]")
+_ROLES = frozenset({"system", "user", "assistant"})
+
+# Words the replies are made of: plain ASCII, Latin accents, CJK, emoji (with a skin-tone modifier
+# and a ZWJ family), Hebrew and Arabic (right to left), Greek, Cyrillic and some punctuation.
+WORDS: tuple[str, ...] = (
+    "the", "stream", "token", "reply", "engine", "model", "batch", "cache", "context", "step",
+    "and", "of", "a", "to", "is", "in", "that", "with",
+    "café", "naïve", "über", "façade", "jalapeño", "Ærø", "smörgåsbord", "crème brûlée",
+    "日本語", "中文", "東京", "한국어", "ありがとう",
+    "😀", "👋🏽", "🚀", "👨‍👩‍👧", "🇫🇷", "✨",
+    "שלום", "مرحبا", "עברית", "العربية",
+    "Ελληνικά", "Привет", "—", "…", "«ok»",
+)  # fmt: skip
+
+
+def prompt_token_count(text: str) -> int:
+    """The synthetic tokeniser: one token per 4 bytes of UTF-8 (at least one)."""
+    return max(1, -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN))
+
+
+def render_prompt(messages: ChatMessages) -> str:
+    """A plain `role: content` transcript; raises `EngineError` on malformed messages."""
+    if not messages:
+        raise EngineError("no messages to answer")
+    lines = []
+    for message in messages:
+        role, content = message.get("role"), message.get("content")
+        if role not in _ROLES or not isinstance(content, str):
+            raise EngineError(f"bad message: role {role!r}, content must be a string")
+        lines.append(f"{role}: {content}\n")
+    lines.append("assistant: ")
+    return "".join(lines)
+
+
+def parse_markers(messages: ChatMessages) -> tuple[int | None, int | None]:
+    """(fail_after, tokens) from the markers in the last user message, each None when absent."""
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    found: dict[str, int] = {}
+    if last_user is not None:
+        for name, value in _MARKER.findall(last_user.get("content", "")):
+            found[name] = int(value)
+    return found.get("fail-after"), found.get("tokens")
+
+
+class ReplyGenerator:
+    """Deterministic reply tokens: 4-byte chunks of a stream of words chosen by a 64-bit LCG."""
+
+    __slots__ = ("_buffer", "_state", "_words")
+
+    def __init__(self, seed: int) -> None:
+        self._state = seed & _MASK64
+        self._buffer = b""
+        self._words = 0
+
+    def _next_random(self) -> int:
+        self._state = (self._state * 6364136223846793005 + 1442695040888963407) & _MASK64
+        return self._state >> 33
+
+    def next_token(self) -> tuple[int, bytes]:
+        """The next token: (its id, its raw bytes, possibly part of a character)."""
+        while len(self._buffer) < BYTES_PER_TOKEN:
+            word = WORDS[self._next_random() % len(WORDS)]
+            sep = "" if self._words == 0 else (".\n\n" if self._next_random() % 17 == 0 else " ")
+            self._buffer += (sep + word).encode("utf-8")
+            self._words += 1
+        piece, self._buffer = self._buffer[:BYTES_PER_TOKEN], self._buffer[BYTES_PER_TOKEN:]
+        return int.from_bytes(piece, "little") & 0x7FFFFFFF, piece
+
+
+def _seed_for(prompt: str, seed: int | None) -> int:
+    digest = hashlib.blake2b(f"{seed!r}\0{prompt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+@dataclass(slots=True, eq=False)
+class _Sequence:
+    request_id: str
+    stream: EventStream
+    prompt_tokens: int
+    max_new: int  # the longest reply allowed: min(max_tokens, context and KV room)
+    natural_len: int  # where the "model" would emit end-of-sequence
+    fail_after: int | None
+    generator: ReplyGenerator
+    detok: IncrementalDetokenizer
+    queued_at: float
+    generated: int = 0
+    first_token_at: float | None = None
+    pending_ids: list[int] = field(default_factory=list)  # sampled but not shown yet
+    aborted: bool = False
+    running: bool = False
+    done: bool = False
+
+    @property
+    def reserved(self) -> int:
+        return self.prompt_tokens + self.max_new
+
+
+class SyntheticEngine:
+    """The engine contract without a model (see the module docstring)."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self._settings = settings
+        self._seqs: dict[str, _Sequence] = {}  # every open request, waiting or running
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._reserved = 0  # KV cells promised to running sequences
+        self._aborted: set[str] = set()  # abort() calls the loop has not handled yet
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._accepting = False
+        self._steps = 0
+        self._tokens = 0
+        self._last_step_ms = 0.0
+
+    # -- the contract ---------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return "synthetic"
+
+    @property
+    def context_size(self) -> int:
+        return self._settings.context_size
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._wake = asyncio.Event()
+        self._accepting = True
+        self._task = asyncio.create_task(self._loop(), name="synthetic-engine-loop")
+
+    async def shutdown(self) -> None:
+        self._accepting = False
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._end_all(FinishReason.CANCELLED, None)
+
+    def generate(
+        self, request_id: str, messages: ChatMessages, params: SamplingParams
+    ) -> EventStream:
+        if not self._accepting:
+            raise EngineUnavailableError("the synthetic engine is not running")
+        if request_id in self._seqs:
+            raise DuplicateRequestError(f"request {request_id!r} is already running")
+        prompt = render_prompt(messages)
+        prompt_tokens = prompt_token_count(prompt)
+        limit = min(self.context_size, self._settings.kv_cells)
+        if prompt_tokens + 1 > limit:
+            raise PromptTooLongError(prompt_tokens, limit)
+        fail_after, forced = parse_markers(messages)
+        seed = _seed_for(prompt, params.seed)
+        natural = max(1, forced) if forced is not None else 16 + (seed >> 40) % 240
+        seq = _Sequence(
+            request_id=request_id,
+            stream=EventStream(request_id, self.abort),
+            prompt_tokens=prompt_tokens,
+            max_new=min(params.max_tokens, limit - prompt_tokens),
+            natural_len=natural,
+            fail_after=fail_after,
+            generator=ReplyGenerator(seed),
+            detok=IncrementalDetokenizer(stop=params.stop),
+            queued_at=time.time(),
+        )
+        self._seqs[request_id] = seq
+        self._waiting.append(seq)
+        self._wake.set()
+        return seq.stream
+
+    def abort(self, request_id: str) -> None:
+        seq = self._seqs.get(request_id)
+        if seq is not None and not seq.aborted:
+            seq.aborted = True
+            self._aborted.add(request_id)
+            self._wake.set()
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            running=len(self._running),
+            waiting=len(self._waiting),
+            kv_used=sum(s.prompt_tokens + s.generated for s in self._running),
+            kv_total=self._settings.kv_cells,
+            steps=self._steps,
+            tokens_generated=self._tokens,
+            extra={"last_step_ms": self._last_step_ms},
+        )
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        overhead = 0.0  # time the previous step spent handing out events: part of its cost
+        try:
+            while True:
+                self._reap_aborted()
+                joined = self._admit()
+                if not self._running:
+                    overhead = 0.0
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                cost = self._step_seconds(joined)
+                self._last_step_ms = cost * 1000.0
+                await asyncio.sleep(max(0.0, cost - overhead))
+                started = time.perf_counter()
+                self._decode_step()
+                overhead = time.perf_counter() - started
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not leave streams hanging
+            log.exception("synthetic engine loop failed")
+            self._accepting = False
+            self._end_all(FinishReason.ERROR, f"synthetic engine failed: {exc!r}")
+
+    def _step_seconds(self, joined: list[_Sequence]) -> float:
+        s = self._settings
+        prefill = sum(seq.prompt_tokens for seq in joined)
+        ms = (
+            s.synthetic_step_ms
+            + s.synthetic_per_seq_ms * len(self._running)
+            + s.synthetic_prefill_ms_per_token * prefill
+        )
+        return ms / 1000.0
+
+    def _reap_aborted(self) -> None:
+        """End aborted sequences, waiting or running, before the next step is priced."""
+        if not self._aborted:
+            return
+        ids, self._aborted = self._aborted, set()
+        for request_id in ids:
+            seq = self._seqs.get(request_id)
+            if seq is not None:
+                self._finish(seq, FinishReason.CANCELLED)
+        self._waiting = deque(s for s in self._waiting if not s.done)
+        self._running = [s for s in self._running if not s.done]
+
+    def _admit(self) -> list[_Sequence]:
+        """Move waiting sequences to running in FIFO order while slots and KV cells allow."""
+        joined: list[_Sequence] = []
+        while self._waiting and len(self._running) < self._settings.max_seqs:
+            head = self._waiting[0]
+            if self._reserved + head.reserved > self._settings.kv_cells:
+                break  # strict FIFO: nobody overtakes the head of the queue
+            self._waiting.popleft()
+            self._running.append(head)
+            head.running = True
+            self._reserved += head.reserved
+            joined.append(head)
+        return joined
+
+    def _decode_step(self) -> None:
+        now = time.time()
+        self._steps += 1
+        for seq in self._running:
+            if seq.aborted:
+                self._finish(seq, FinishReason.CANCELLED, now)
+            elif seq.fail_after is not None and seq.generated >= seq.fail_after:
+                error = f"synthetic failure injected after {seq.generated} tokens"
+                self._finish(seq, FinishReason.ERROR, now, error)
+            else:
+                self._sample(seq, now)
+        if any(s.done for s in self._running):
+            self._running = [s for s in self._running if not s.done]
+
+    def _sample(self, seq: _Sequence, now: float) -> None:
+        token_id, piece = seq.generator.next_token()
+        seq.generated += 1
+        self._tokens += 1
+        if seq.first_token_at is None:
+            seq.first_token_at = now
+        seq.pending_ids.append(token_id)
+        text, stopped = seq.detok.push(piece)
+        if stopped:
+            self._emit(seq, text)
+            self._finish(seq, FinishReason.STOP, now)
+        elif seq.generated >= seq.natural_len:
+            self._emit(seq, text + seq.detok.flush())
+            self._finish(seq, FinishReason.STOP, now)
+        elif seq.generated >= seq.max_new:
+            self._emit(seq, text + seq.detok.flush())
+            self._finish(seq, FinishReason.LENGTH, now)
+        else:
+            self._emit(seq, text)
+
+    @staticmethod
+    def _emit(seq: _Sequence, text: str) -> None:
+        if text:
+            seq.stream.push(TextDelta(text=text, token_ids=tuple(seq.pending_ids)))
+            seq.pending_ids.clear()
+
+    def _finish(
+        self,
+        seq: _Sequence,
+        reason: FinishReason,
+        now: float | None = None,
+        error: str | None = None,
+    ) -> None:
+        if seq.done:
+            return
+        seq.done = True
+        self._seqs.pop(seq.request_id, None)
+        self._aborted.discard(seq.request_id)
+        if seq.running:
+            seq.running = False
+            self._reserved -= seq.reserved
+        event: EngineEvent = Finished(
+            reason=reason,
+            prompt_tokens=seq.prompt_tokens,
+            completion_tokens=seq.generated,
+            queued_at=seq.queued_at,
+            first_token_at=seq.first_token_at,
+            finished_at=now if now is not None else time.time(),
+            error=error,
+        )
+        seq.stream.push(event)
+
+    def _end_all(self, reason: FinishReason, error: str | None) -> None:
+        for seq in list(self._seqs.values()):
+            self._finish(seq, reason, error=error)
+        self._waiting.clear()
+        self._running.clear()
+        self._reserved = 0
