@@ -37,12 +37,12 @@ def _database_url() -> str:
     return normalize_database_url(url)
 
 
-def _configure(**kwargs: object) -> None:
+def _configure(compare_type: bool = True, **kwargs: object) -> None:
     context.configure(
         target_metadata=target_metadata,
         version_table=VERSION_TABLE,
         render_as_batch=True,
-        compare_type=True,
+        compare_type=compare_type,
         **kwargs,
     )
 
@@ -58,7 +58,9 @@ def do_run_migrations(connection: Connection) -> None:
     if connection.dialect.name == "sqlite":
         # Must precede any transaction; the connection is thrown away afterwards (NullPool).
         connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-    _configure(connection=connection)
+    # SQLite reflects custom types by affinity only (BINARY(16) reads back as NUMERIC), so
+    # autogenerate compares types on PostgreSQL only; generate revisions against PostgreSQL.
+    _configure(connection=connection, compare_type=connection.dialect.name != "sqlite")
     with context.begin_transaction():
         context.run_migrations()
 
