@@ -1,0 +1,212 @@
+"""Read-only queries for the admin views: every user's conversations, and reply outcomes over time.
+
+These are not scoped to an owner; the web layer must only expose them to admins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, Literal, TypeVar
+from uuid import UUID
+
+from sqlalchemy import ColumnElement, Select, exists, func, literal_column, select
+
+from app.db.base import utcnow
+from app.db.session import Sessions, transaction
+from app.domain.accounts.models import User
+from app.domain.chat.models import (
+    Conversation,
+    ConversationSource,
+    Message,
+    MessageRole,
+    MessageStatus,
+)
+
+Bucket = Literal["hour", "day"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationFilter:
+    """Every field is optional; set ones are combined with AND."""
+
+    user_id: UUID | None = None
+    source: ConversationSource | None = None
+    status: MessageStatus | None = None  # has at least one message in this status
+    updated_after: datetime | None = None  # last activity at or after
+    updated_before: datetime | None = None  # last activity before
+    search: str | None = None  # case-insensitive, in the title or any message's text
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConversationRow:
+    conversation: Conversation
+    user_email: str
+    message_count: int
+    last_status: MessageStatus | None  # of the latest assistant reply; None when there is none
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T] = field(default_factory=list)
+    total: int = 0
+    limit: int = 50
+    offset: int = 0
+
+    @property
+    def has_next(self) -> bool:
+        return self.offset + len(self.items) < self.total
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCount:
+    bucket_start: datetime  # UTC, truncated to the hour or the day
+    status: MessageStatus
+    count: int
+
+
+def _contains(column: Any, text: str) -> ColumnElement[bool]:
+    """Case-insensitive substring match; `%` and `_` in `text` match only themselves."""
+    return func.lower(column).contains(text.lower(), autoescape=True)
+
+
+def _conversation_conditions(filters: ConversationFilter) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if filters.user_id is not None:
+        conditions.append(Conversation.user_id == filters.user_id)
+    if filters.source is not None:
+        conditions.append(Conversation.source == ConversationSource(filters.source))
+    if filters.updated_after is not None:
+        conditions.append(Conversation.updated_at >= filters.updated_after)
+    if filters.updated_before is not None:
+        conditions.append(Conversation.updated_at < filters.updated_before)
+    if filters.status is not None:
+        conditions.append(
+            exists().where(
+                Message.conversation_id == Conversation.id,
+                Message.status == MessageStatus(filters.status),
+            )
+        )
+    if filters.search:
+        conditions.append(
+            _contains(Conversation.title, filters.search)
+            | exists().where(
+                Message.conversation_id == Conversation.id,
+                _contains(Message.content, filters.search),
+            )
+        )
+    return conditions
+
+
+def _rows_query(conditions: list[ColumnElement[bool]]) -> Select[Any]:
+    message_count = (
+        select(func.count())
+        .where(Message.conversation_id == Conversation.id)
+        .correlate(Conversation)
+        .scalar_subquery()
+    )
+    last_status = (
+        select(Message.status)
+        .where(Message.conversation_id == Conversation.id, Message.role == MessageRole.ASSISTANT)
+        .order_by(Message.created_at.desc())
+        .limit(1)
+        .correlate(Conversation)
+        .scalar_subquery()
+    )
+    return (
+        select(Conversation, User.email, message_count, last_status)
+        .join(User, User.id == Conversation.user_id)
+        .where(*conditions)
+    )
+
+
+async def admin_list_conversations(
+    sessions: Sessions,
+    filters: ConversationFilter | None = None,
+    *,
+    limit: int = 50,
+    offset: int = 0,
+) -> Page[AdminConversationRow]:
+    """All users' conversations matching `filters`, most recently active first, one page."""
+    conditions = _conversation_conditions(filters or ConversationFilter())
+    async with transaction(sessions) as session:
+        total = await session.scalar(
+            select(func.count()).select_from(Conversation).where(*conditions)
+        )
+        rows = await session.execute(
+            _rows_query(conditions)
+            .order_by(Conversation.updated_at.desc(), Conversation.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        items = [
+            AdminConversationRow(
+                conversation=conversation,
+                user_email=email,
+                message_count=count,
+                last_status=MessageStatus(status) if status is not None else None,
+            )
+            for conversation, email, count, status in rows
+        ]
+    return Page(items=items, total=total or 0, limit=limit, offset=offset)
+
+
+async def admin_list_messages(sessions: Sessions, conversation_id: UUID) -> list[Message]:
+    """Any conversation's messages in order (the admin's read-only view of a chat)."""
+    async with transaction(sessions) as session:
+        return list(
+            await session.scalars(
+                select(Message)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(Message.created_at)
+            )
+        )
+
+
+def _bucket_expression(dialect: str, bucket: Bucket) -> ColumnElement[Any]:
+    """`created_at` truncated to the bucket, in UTC. The unit is a literal, not a parameter, so
+    PostgreSQL sees the same expression in SELECT and GROUP BY."""
+    if bucket not in ("hour", "day"):
+        raise ValueError(f"unknown bucket {bucket!r}")
+    if dialect == "postgresql":
+        utc = func.timezone(literal_column("'UTC'"), Message.created_at)
+        return func.date_trunc(literal_column(f"'{bucket}'"), utc)
+    pattern = "%Y-%m-%d %H:00:00" if bucket == "hour" else "%Y-%m-%d 00:00:00"
+    return func.strftime(literal_column(f"'{pattern}'"), Message.created_at)
+
+
+def _as_utc(value: datetime | str) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def message_status_counts(
+    sessions: Sessions,
+    *,
+    since: datetime,
+    until: datetime | None = None,
+    bucket: Bucket = "hour",
+    role: MessageRole | None = MessageRole.ASSISTANT,
+) -> list[StatusCount]:
+    """How many messages (replies, by default) were created per bucket and status, oldest first.
+
+    Buckets with no messages are absent. Only `streaming` rows may still change status later.
+    """
+    until = until or utcnow()
+    async with transaction(sessions) as session:
+        bucket_start = _bucket_expression(session.get_bind().dialect.name, bucket).label("bucket")
+        query = (
+            select(bucket_start, Message.status, func.count())
+            .where(Message.created_at >= since, Message.created_at < until)
+            .group_by(bucket_start, Message.status)
+            .order_by(bucket_start, Message.status)
+        )
+        if role is not None:
+            query = query.where(Message.role == role)
+        rows = await session.execute(query)
+        return [
+            StatusCount(bucket_start=_as_utc(start), status=MessageStatus(status), count=count)
+            for start, status, count in rows
+        ]
