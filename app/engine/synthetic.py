@@ -134,6 +134,13 @@ def _seed_for(prompt: str, seed: int | None) -> int:
     return int.from_bytes(digest, "little")
 
 
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
 @dataclass(slots=True, eq=False)
 class _Sequence:
     request_id: str
@@ -173,6 +180,7 @@ class SyntheticEngine:
         self._steps = 0
         self._tokens = 0
         self._last_step_ms = 0.0
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     # -- the contract ---------------------------------------------------------------------------
 
@@ -188,6 +196,7 @@ class SyntheticEngine:
         if self._task is not None:
             return
         self._wake = asyncio.Event()
+        self._event_loop = asyncio.get_running_loop()
         self._accepting = True
         self._task = asyncio.create_task(self._loop(), name="synthetic-engine-loop")
 
@@ -232,6 +241,11 @@ class SyntheticEngine:
         return seq.stream
 
     def abort(self, request_id: str) -> None:
+        loop = self._event_loop
+        if loop is not None and not _on_loop(loop):  # another thread: hop onto the loop
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to abort
+                loop.call_soon_threadsafe(self.abort, request_id)
+            return
         seq = self._seqs.get(request_id)
         if seq is not None and not seq.aborted:
             seq.aborted = True

@@ -278,6 +278,16 @@ async def test_abort_is_idempotent_and_ends_with_cancelled() -> None:
         await eng.shutdown()
 
 
+async def test_abort_from_another_thread(engine: SyntheticEngine) -> None:
+    stream = engine.generate(
+        "r", user("[[synthetic:tokens=1000]]"), SamplingParams(max_tokens=1000)
+    )
+    await anext(stream)
+    await asyncio.to_thread(engine.abort, "r")
+    _, _, fin = await collect(stream)
+    assert fin.reason is FinishReason.CANCELLED and fin.completion_tokens < 1000
+
+
 async def test_closing_the_stream_aborts_the_request(engine: SyntheticEngine) -> None:
     stream = engine.generate(
         "r", user("[[synthetic:tokens=1000]]"), SamplingParams(max_tokens=1000)
