@@ -33,7 +33,7 @@ class ConversationFilter:
 
     user_id: UUID | None = None
     source: ConversationSource | None = None
-    status: MessageStatus | None = None  # has at least one message in this status
+    status: MessageStatus | None = None  # has at least one assistant reply in this status
     updated_after: datetime | None = None  # last activity at or after
     updated_before: datetime | None = None  # last activity before
     search: str | None = None  # case-insensitive, in the title or any message's text
@@ -85,6 +85,7 @@ def _conversation_conditions(filters: ConversationFilter) -> list[ColumnElement[
         conditions.append(
             exists().where(
                 Message.conversation_id == Conversation.id,
+                Message.role == MessageRole.ASSISTANT,  # questions are always "completed"
                 Message.status == MessageStatus(filters.status),
             )
         )
