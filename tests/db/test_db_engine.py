@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
+from app.db.config import make_alchemy_config
 from app.db.engine import SQLITE_BUSY_TIMEOUT_MS, create_engine, normalize_database_url
+from app.domain.accounts import service as accounts
+from app.domain.chat import service as chat
+from app.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -47,3 +52,22 @@ async def test_sqlite_file_gets_its_folder_wal_busy_timeout_and_foreign_keys(
         "foreign_keys": 1,
         "synchronous": 1,  # NORMAL
     }
+
+
+async def test_litestar_config_sessions_serve_the_services(
+    migrated_database_url: str, fast_password_hashing: None
+) -> None:
+    """The web layer will hand the plugin's sessionmaker to the services: it must just work."""
+    settings = dataclasses.replace(Settings(), database_url=migrated_database_url)
+    config = make_alchemy_config(settings)
+    assert config.create_all is False
+    sessions = config.create_session_maker()
+    try:
+        user = await accounts.create_user(sessions, "web@example.com", "long enough")
+        conversation = await chat.create_conversation(sessions, user.id, "via the plugin")
+        _, reply = await chat.add_turn(sessions, conversation.id, "hi", "m")
+        assert await chat.finish_message(sessions, reply.id, "completed", content="hello")
+        messages = await chat.list_messages(sessions, user.id, conversation.id)
+        assert [m.content for m in messages or []] == ["hi", "hello"]
+    finally:
+        await config.get_engine().dispose()
