@@ -47,10 +47,6 @@ def normalize_database_url(url: str | URL) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def is_sqlite(url: str | URL) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
-
-
 def _ensure_sqlite_dir(url: URL) -> None:
     """Create the folder of a SQLite file so a fresh checkout starts without a setup step."""
     database = url.database

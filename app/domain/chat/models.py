@@ -128,9 +128,5 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
     def is_final(self) -> bool:
         return self.status in MessageStatus.FINAL
 
-    def as_chat_message(self) -> dict[str, str]:
-        """The OpenAI-style `{"role", "content"}` mapping the engine's chat template takes."""
-        return {"role": str(self.role), "content": self.content}
-
     def __repr__(self) -> str:
         return f"Message(id={self.id}, role={self.role}, status={self.status})"
