@@ -232,6 +232,16 @@ async def add_turn(
     return user_message, assistant_message
 
 
+def progress_update(
+    message_id: UUID, content: str, completion_tokens: int, first_token_at: datetime | None = None
+) -> Any:
+    """The UPDATE that flushes a streaming reply's text so far (a no-op once it is final)."""
+    values: dict[str, Any] = {"content": content, "completion_tokens": completion_tokens}
+    if first_token_at is not None:
+        values["first_token_at"] = _keep_first(first_token_at)
+    return _update_message(message_id).values(**values)
+
+
 async def save_progress(
     sessions: Sessions,
     message_id: UUID,
@@ -240,11 +250,10 @@ async def save_progress(
     first_token_at: datetime | None = None,
 ) -> bool:
     """Flush a streaming reply's text so far. False (and no write) once the reply is final."""
-    values: dict[str, Any] = {"content": content, "completion_tokens": completion_tokens}
-    if first_token_at is not None:
-        values["first_token_at"] = _keep_first(first_token_at)
     async with transaction(sessions) as session:
-        result = await session.execute(_update_message(message_id).values(**values))
+        result = await session.execute(
+            progress_update(message_id, content, completion_tokens, first_token_at)
+        )
         return result.rowcount > 0
 
 
@@ -344,6 +353,12 @@ async def get_message(sessions: Sessions, user_id: UUID, message_id: UUID) -> Me
                 Message.conversation_id.in_(_owned_conversation_ids(user_id)),
             )
         )
+
+
+async def get_message_unscoped(sessions: Sessions, message_id: UUID) -> Message | None:
+    """A message by id for internal use (the caller already checked who may see it)."""
+    async with transaction(sessions) as session:
+        return await session.get(Message, message_id)
 
 
 async def list_messages(

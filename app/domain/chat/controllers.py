@@ -1,0 +1,283 @@
+"""The page's chat API: conversations, sending a message (SSE), resuming, stopping.
+
+Every lookup is scoped to the logged-in user; another user's ids answer 404, like missing ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from typing import Annotated, Any
+from uuid import UUID
+
+import msgspec
+from litestar import Controller, Request, delete, get, patch, post
+from litestar.di import Provide
+from litestar.exceptions import ClientException, NotFoundException
+from litestar.params import Parameter
+from litestar.response import Stream
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.domain.accounts.models import User
+from app.domain.chat import service
+from app.domain.chat.models import Conversation, Message
+from app.domain.chat.replies import NotFoundError, ReplyService
+from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
+from app.settings import Settings
+from app.streaming.events import CancelCause
+from app.streaming.framing import page_sse
+from app.streaming.generation import Generation
+from app.web.auth import current_user, services_of
+from app.web.sse import sse_response
+
+CANCEL_WAIT_S = 5.0
+"""How long POST .../cancel waits for the reply's end to be saved before answering."""
+
+
+class NewConversation(msgspec.Struct, forbid_unknown_fields=True):
+    title: str | None = None
+
+
+class Rename(msgspec.Struct, forbid_unknown_fields=True):
+    title: Annotated[str, msgspec.Meta(max_length=500)]
+
+
+class SendMessage(msgspec.Struct, forbid_unknown_fields=True):
+    content: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+
+
+class ClientMetrics(msgspec.Struct):
+    ttft_ms: float
+
+
+def conversation_json(c: Conversation) -> dict[str, Any]:
+    return {
+        "id": str(c.id),
+        "title": c.title,
+        "source": str(c.source),
+        "created_at": c.created_at.isoformat(),
+        "updated_at": c.updated_at.isoformat(),
+    }
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    return {
+        "id": str(m.id),
+        "role": str(m.role),
+        "content": m.content,
+        "status": str(m.status),
+        "finish_reason": m.finish_reason,
+        "error": m.error,
+        "model": m.model,
+        "prompt_tokens": m.prompt_tokens,
+        "completion_tokens": m.completion_tokens,
+        "created_at": _iso(m.created_at),
+        "first_token_at": _iso(m.first_token_at),
+        "finished_at": _iso(m.finished_at),
+        "ttft_ms": m.ttft_ms,
+        "gap_p50_ms": m.gap_p50_ms,
+        "gap_p99_ms": m.gap_p99_ms,
+        "cancel_token_index": m.cancel_token_index,
+        "tokens_after_cancel": m.tokens_after_cancel,
+    }
+
+
+def sampling_params(data: SendMessage, settings: Settings, context_size: int) -> SamplingParams:
+    """The request's sampling parameters, range-checked (a ValueError becomes a 400)."""
+    max_tokens = data.max_tokens if data.max_tokens is not None else settings.default_max_tokens
+    if not 1 <= max_tokens <= context_size:
+        raise ValueError(f"max_tokens must be between 1 and {context_size}")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=0.7 if data.temperature is None else data.temperature,
+        top_p=1.0 if data.top_p is None else data.top_p,
+        top_k=data.top_k or 0,
+        seed=data.seed,
+        stop=tuple(data.stop or ()),
+    )
+
+
+def check_content(content: str, settings: Settings) -> str:
+    if not content.strip():
+        raise ClientException("the message is empty")
+    if len(content) > settings.max_message_chars:
+        raise ClientException(
+            f"the message is {len(content)} characters; the limit is {settings.max_message_chars}"
+        )
+    return content
+
+
+async def start_reply(
+    replies: ReplyService,
+    user: User,
+    conversation: Conversation,
+    content: str,
+    params: SamplingParams,
+    **kwargs: Any,
+) -> Generation:
+    """Start a reply, turning engine refusals into clear HTTP errors."""
+    try:
+        return await replies.start(user.id, conversation, content, params, **kwargs)
+    except EngineUnavailableError as exc:
+        raise ClientException(str(exc), status_code=503) from exc
+    except EngineError as exc:
+        raise ClientException(str(exc)) from exc
+
+
+def last_event_id(request: Request, after: int | None) -> int:
+    """Where a resuming client left off: the Last-Event-ID header, or ?after=."""
+    raw = request.headers.get("last-event-id")
+    if raw is None:
+        return after or 0
+    try:
+        return max(0, int(raw))
+    except ValueError as exc:
+        raise ClientException("Last-Event-ID must be an event id from this stream") from exc
+
+
+class ConversationController(Controller):
+    path = "/api/conversations"
+    tags = ["chat"]
+    dependencies = {"user": Provide(current_user)}
+
+    @get("/")
+    async def list_conversations(self, request: Request, user: User) -> list[dict[str, Any]]:
+        rows = await service.list_conversations(
+            services_of(request).sessions, user.id, source="page"
+        )
+        return [conversation_json(c) for c in rows]
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create(
+        self, request: Request, user: User, data: NewConversation | None = None
+    ) -> dict[str, Any]:
+        title = data.title if data else None
+        conversation = await service.create_conversation(
+            services_of(request).sessions, user.id, title
+        )
+        return conversation_json(conversation)
+
+    @get("/{conversation_id:uuid}")
+    async def read(self, request: Request, user: User, conversation_id: UUID) -> dict[str, Any]:
+        sessions = services_of(request).sessions
+        conversation = await service.get_conversation(sessions, user.id, conversation_id)
+        messages = await service.list_messages(sessions, user.id, conversation_id)
+        if conversation is None or messages is None:
+            raise NotFoundException("no such conversation")
+        return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
+
+    @patch("/{conversation_id:uuid}")
+    async def rename(
+        self, request: Request, user: User, conversation_id: UUID, data: Rename
+    ) -> dict[str, Any]:
+        sessions = services_of(request).sessions
+        if not await service.rename_conversation(sessions, user.id, conversation_id, data.title):
+            raise NotFoundException("no such conversation")
+        conversation = await service.get_conversation(sessions, user.id, conversation_id)
+        assert conversation is not None
+        return conversation_json(conversation)
+
+    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    async def remove(self, request: Request, user: User, conversation_id: UUID) -> None:
+        services = services_of(request)
+        for generation in services.manager.live():  # stop what it is still generating
+            if generation.conversation_id == str(conversation_id) and generation.user_id == str(
+                user.id
+            ):
+                generation.cancel(CancelCause.USER)
+        if not await service.delete_conversation(services.sessions, user.id, conversation_id):
+            raise NotFoundException("no such conversation")
+
+    @post("/{conversation_id:uuid}/messages", status_code=200)
+    async def send(
+        self, request: Request, user: User, conversation_id: UUID, data: SendMessage
+    ) -> Stream:
+        """Send a message; the answer is the reply as server-sent events."""
+        services = services_of(request)
+        conversation = await service.get_conversation(services.sessions, user.id, conversation_id)
+        if conversation is None:
+            raise NotFoundException("no such conversation")
+        content = check_content(data.content, services.settings)
+        try:
+            params = sampling_params(data, services.settings, services.engine.context_size)
+        except ValueError as exc:
+            raise ClientException(str(exc)) from exc
+        generation = await start_reply(services.replies, user, conversation, content, params)
+        if conversation.title == service.DEFAULT_TITLE:
+            await service.rename_conversation(
+                services.sessions, user.id, conversation.id, content[:80]
+            )
+        events = services.replies.follow(
+            generation, transport="sse", after=0, keepalive_s=services.settings.keepalive_s
+        )
+        return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
+
+
+class MessageController(Controller):
+    path = "/api/messages"
+    tags = ["chat"]
+    dependencies = {"user": Provide(current_user)}
+
+    async def _find(self, request: Request, user: User, message_id: UUID) -> Generation | Message:
+        try:
+            return await services_of(request).replies.find(user.id, message_id)
+        except NotFoundError as exc:
+            raise NotFoundException("no such message") from exc
+
+    @get("/{message_id:uuid}/stream")
+    async def resume(
+        self,
+        request: Request,
+        user: User,
+        message_id: UUID,
+        after: Annotated[int | None, Parameter(query="after", ge=0)] = None,
+    ) -> Stream:
+        """Replay what the client missed since Last-Event-ID, then continue live."""
+        services = services_of(request)
+        reply = await self._find(request, user, message_id)
+        events = services.replies.follow(
+            reply,
+            transport="sse",
+            after=last_event_id(request, after),
+            keepalive_s=services.settings.keepalive_s,
+        )
+        return sse_response(events, functools.partial(page_sse, message_id=str(message_id)))
+
+    @post("/{message_id:uuid}/cancel", status_code=200)
+    async def cancel(self, request: Request, user: User, message_id: UUID) -> dict[str, Any]:
+        """Stop a reply (idempotent); answers once its end state is saved."""
+        services = services_of(request)
+        reply = await self._find(request, user, message_id)
+        if isinstance(reply, Generation):
+            reply.cancel(CancelCause.USER)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reply.wait_done(), CANCEL_WAIT_S)
+            return {"message_id": str(message_id), "status": reply.status.value}
+        stored = await service.get_message(services.sessions, user.id, message_id)
+        status = str(stored.status) if stored else str(reply.status)
+        return {"message_id": str(message_id), "status": status}
+
+    @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT)
+    async def client_metrics(
+        self, request: Request, user: User, message_id: UUID, data: ClientMetrics
+    ) -> None:
+        """The TTFT the browser saw, to compare with the engine's (is a proxy buffering?)."""
+        try:
+            found = await service.record_client_ttft(
+                services_of(request).sessions, user.id, message_id, data.ttft_ms
+            )
+        except ValueError as exc:
+            raise ClientException(str(exc)) from exc
+        if not found:
+            raise NotFoundException("no such message")

@@ -1,0 +1,169 @@
+"""Starting, finding and stopping replies: the glue between the chat rows and the streaming core.
+
+Order matters for "nothing half-written": the engine validates the prompt first (a prompt over the
+context is refused before any row exists), then the user message and the `streaming` assistant row
+are written in one transaction, and only then does the Generation start pumping. If the write
+fails, the engine request is aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from uuid import UUID
+
+from app.db.session import Sessions
+from app.domain.chat import service
+from app.domain.chat.models import Conversation, Message, MessageRole
+from app.engine.base import SamplingParams
+from app.streaming.events import CancelCause, Delta, Start, Status, StreamEvent
+from app.streaming.generation import Generation, Outcome, final_from_outcome
+from app.streaming.manager import GenerationManager
+
+STORED_POLL_S = 0.5
+"""How often a reply streaming on another replica is re-read from the database."""
+
+
+class NotFoundError(LookupError):
+    """No such conversation or message for this user (foreign ids look exactly like missing ones)."""
+
+
+def stored_outcome(m: Message) -> Outcome:
+    """A reply as the database has it, in the streaming core's terms."""
+    return Outcome(
+        message_id=str(m.id),
+        status=Status(m.status.value),
+        finish_reason=m.finish_reason,
+        text=m.content,
+        prompt_tokens=m.prompt_tokens or 0,
+        completion_tokens=m.completion_tokens or 0,
+        queued_at=m.queued_at.timestamp() if m.queued_at else 0.0,
+        first_token_at=m.first_token_at.timestamp() if m.first_token_at else None,
+        finished_at=m.finished_at.timestamp() if m.finished_at else 0.0,
+        ttft_ms=m.ttft_ms,
+        gap_p50_ms=m.gap_p50_ms,
+        gap_p99_ms=m.gap_p99_ms,
+        cancel_token_index=m.cancel_token_index,
+        tokens_after_cancel=m.tokens_after_cancel,
+        error=m.error,
+    )
+
+
+class ReplyService:
+    def __init__(
+        self,
+        sessions: Sessions,
+        manager: GenerationManager,
+        *,
+        page_grace_s: float,
+        api_grace_s: float,
+    ) -> None:
+        self.sessions = sessions
+        self.manager = manager
+        self.grace_by_source = {"page": page_grace_s, "api": api_grace_s}
+
+    @property
+    def model_name(self) -> str:
+        return self.manager.engine.model_name
+
+    async def start(
+        self,
+        user_id: UUID,
+        conversation: Conversation,
+        content: str,
+        params: SamplingParams,
+        *,
+        extra_messages: list[dict[str, str]] | None = None,
+    ) -> Generation:
+        """Validate, persist the turn, start generating. Raises EngineError before writing anything.
+
+        `extra_messages` (the OpenAI API's full message list) replaces the stored history when given.
+        """
+        if extra_messages is None:
+            history = await service.conversation_history(self.sessions, conversation.id)
+            messages = [*history, {"role": "user", "content": content}]
+        else:
+            messages = extra_messages
+        request_id = uuid.uuid4().hex
+        stream = self.manager.open_stream(request_id, messages, params)  # may raise EngineError
+        try:
+            user_message, reply = await service.add_turn(
+                self.sessions,
+                conversation.id,
+                content,
+                self.model_name,
+                engine_request_id=request_id,
+            )
+        except BaseException:
+            await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
+            raise
+        source = str(conversation.source)
+        generation = Generation(
+            message_id=str(reply.id),
+            request_id=request_id,
+            conversation_id=str(conversation.id),
+            user_id=str(user_id),
+            user_message_id=str(user_message.id),
+            source=source,
+            model=self.model_name,
+            grace_s=self.grace_by_source.get(source, 0.0),
+        )
+        return self.manager.run(generation, stream)
+
+    async def find(self, user_id: UUID, message_id: UUID) -> Generation | Message:
+        """A user's reply: live in this process, or as stored. Raises NotFoundError otherwise."""
+        message = await service.get_message(self.sessions, user_id, message_id)
+        if message is None or message.role is not MessageRole.ASSISTANT:
+            raise NotFoundError(message_id)
+        live = self.manager.get(str(message_id))
+        return live if live is not None else message
+
+    async def follow(
+        self, reply: Generation | Message, *, transport: str, after: int, keepalive_s: float
+    ) -> AsyncIterator[StreamEvent | None]:
+        """Start, what was missed since offset `after`, then live deltas, then Final.
+
+        None means "nothing to say for keepalive_s": the transport sends a heartbeat.
+        A reply that is not live here is followed through the database: a finished one replays to
+        its end; one still streaming elsewhere (another replica) is polled until it ends.
+        """
+        if isinstance(reply, Generation):
+            subscriber = self.manager.subscribe(reply, transport=transport, after=after)
+            try:
+                async for event in subscriber.events(keepalive_s):
+                    yield event
+            finally:
+                subscriber.close()  # synchronous: safe even while being cancelled
+        else:
+            async for event in self._follow_stored(reply, after, keepalive_s):
+                yield event
+
+    async def _follow_stored(
+        self, message: Message, after: int, keepalive_s: float
+    ) -> AsyncIterator[StreamEvent | None]:
+        cursor = max(0, min(after, len(message.content)))
+        yield Start(
+            id=cursor, message_id=str(message.id), conversation_id=str(message.conversation_id)
+        )
+        idle = 0.0
+        while True:
+            if len(message.content) > cursor:
+                yield Delta(id=len(message.content), text=message.content[cursor:])
+                cursor, idle = len(message.content), 0.0
+            if message.is_final:
+                yield final_from_outcome(stored_outcome(message))
+                return
+            await asyncio.sleep(STORED_POLL_S)
+            idle += STORED_POLL_S
+            if idle >= keepalive_s:
+                idle = 0.0
+                yield None
+            refreshed = await service.get_message_unscoped(self.sessions, message.id)
+            if refreshed is None:  # deleted meanwhile
+                return
+            message = refreshed
+
+    def cancel(self, reply: Generation | Message, cause: CancelCause = CancelCause.USER) -> bool:
+        """Stop a reply running in this process; False if it is finished or runs elsewhere."""
+        return isinstance(reply, Generation) and reply.cancel(cause)

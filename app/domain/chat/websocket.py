@@ -1,0 +1,202 @@
+"""The page's WebSocket (`/ws`): the same reply events as the SSE stream, as JSON, both ways.
+
+The client sends `send`, `cancel` and `resume`; the server sends `start`, `delta`, `final`/`error`
+(the same payloads as the SSE events, with `type` and `id`), `ping` when idle, and `rejected` for a
+request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
+so a `cancel` lands mid-stream. Frames that are not JSON text close the socket with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from contextlib import aclosing
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+import msgspec
+from litestar import WebSocket, websocket
+from litestar.exceptions import ClientException, HTTPException
+
+from app.domain.accounts.models import User
+from app.domain.chat import service
+from app.domain.chat.controllers import (
+    SendMessage,
+    check_content,
+    sampling_params,
+    start_reply,
+)
+from app.domain.chat.models import Message
+from app.domain.chat.replies import NotFoundError
+from app.streaming.events import CancelCause
+from app.streaming.framing import page_ws
+from app.streaming.generation import Generation
+from app.web.auth import optional_user, services_of
+from app.web.services import Services
+
+log = logging.getLogger(__name__)
+
+CLOSE_UNSUPPORTED = 1003  # a binary frame
+CLOSE_INVALID = 1007  # a text frame that is not a JSON object
+CLOSE_POLICY = 1008  # wrong origin
+CLOSE_UNAUTHORIZED = 4401  # no logged-in user
+
+
+class SendRequest(SendMessage, forbid_unknown_fields=True):
+    type: str = "send"
+    conversation_id: UUID | None = None
+    client_ref: str | None = None
+
+
+class CancelRequest(msgspec.Struct, forbid_unknown_fields=True):
+    type: str
+    message_id: UUID
+
+
+class ResumeRequest(msgspec.Struct, forbid_unknown_fields=True):
+    type: str
+    message_id: UUID
+    after: int = 0
+
+
+def same_origin(socket: WebSocket) -> bool:
+    """Cookies ride along on cross-site WebSocket handshakes: only our own pages may connect."""
+    origin = socket.headers.get("origin")
+    if origin is None:  # not a browser (a browser always sends Origin on WebSockets)
+        return True
+    host = socket.headers.get("x-forwarded-host") or socket.headers.get("host", "")
+    return urlsplit(origin).netloc == host
+
+
+class ChatSocket:
+    def __init__(self, socket: WebSocket, user: User, services: Services) -> None:
+        self.socket = socket
+        self.user = user
+        self.services = services
+        self._send_lock = asyncio.Lock()
+        self._streams: set[asyncio.Task[None]] = set()
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        async with self._send_lock:
+            await self.socket.send_json(payload)
+
+    async def reject(self, error: str, client_ref: str | None = None, **extra: Any) -> None:
+        await self.send({"type": "rejected", "error": error, "client_ref": client_ref, **extra})
+
+    async def run(self) -> None:
+        try:
+            while True:
+                event = await self.socket.receive()
+                if event["type"] == "websocket.disconnect":
+                    return
+                text = event.get("text")
+                if text is None:
+                    await self.socket.close(CLOSE_UNSUPPORTED, "expected JSON text frames")
+                    return
+                try:
+                    request = json.loads(text)
+                    if not isinstance(request, dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    await self.socket.close(CLOSE_INVALID, "each frame must be a JSON object")
+                    return
+                await self.handle(request)
+        finally:
+            for task in self._streams:
+                task.cancel()  # each task's cleanup tells its reply that the client is gone
+
+    async def handle(self, request: dict[str, Any]) -> None:
+        kind = request.get("type")
+        client_ref = (
+            request.get("client_ref") if isinstance(request.get("client_ref"), str) else None
+        )
+        try:
+            if kind == "send":
+                await self.on_send(msgspec.convert(request, SendRequest))
+            elif kind == "cancel":
+                await self.on_cancel(msgspec.convert(request, CancelRequest))
+            elif kind == "resume":
+                await self.on_resume(msgspec.convert(request, ResumeRequest))
+            else:
+                await self.reject(f"unknown type {kind!r}: use send, cancel or resume", client_ref)
+        except msgspec.ValidationError as exc:
+            await self.reject(f"invalid {kind} request: {exc}", client_ref)
+        except HTTPException as exc:
+            await self.reject(exc.detail, client_ref, status=exc.status_code)
+
+    async def on_send(self, request: SendRequest) -> None:
+        services = self.services
+        if request.conversation_id is None:
+            raise ClientException("conversation_id is required")
+        conversation = await service.get_conversation(
+            services.sessions, self.user.id, request.conversation_id
+        )
+        if conversation is None:
+            raise ClientException("no such conversation", status_code=404)
+        content = check_content(request.content, services.settings)
+        try:
+            params = sampling_params(request, services.settings, services.engine.context_size)
+        except ValueError as exc:
+            raise ClientException(str(exc)) from exc
+        generation = await start_reply(services.replies, self.user, conversation, content, params)
+        if conversation.title == service.DEFAULT_TITLE:
+            await service.rename_conversation(
+                services.sessions, self.user.id, conversation.id, content[:80]
+            )
+        self.stream(generation, after=0, client_ref=request.client_ref)
+
+    async def _find(self, message_id: UUID) -> Generation | Message:
+        try:
+            return await self.services.replies.find(self.user.id, message_id)
+        except NotFoundError as exc:
+            raise ClientException("no such message", status_code=404) from exc
+
+    async def on_cancel(self, request: CancelRequest) -> None:
+        reply = await self._find(request.message_id)
+        if isinstance(reply, Generation):
+            reply.cancel(CancelCause.USER)  # the reply's stream carries the final state
+
+    async def on_resume(self, request: ResumeRequest) -> None:
+        reply = await self._find(request.message_id)
+        self.stream(reply, after=max(0, request.after))
+
+    def stream(
+        self, reply: Generation | Message, *, after: int, client_ref: str | None = None
+    ) -> None:
+        task = asyncio.create_task(self._pump_to_socket(reply, after, client_ref))
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
+
+    async def _pump_to_socket(
+        self, reply: Generation | Message, after: int, client_ref: str | None
+    ) -> None:
+        message_id = reply.message_id if isinstance(reply, Generation) else str(reply.id)
+        events = self.services.replies.follow(
+            reply, transport="ws", after=after, keepalive_s=self.services.settings.keepalive_s
+        )
+        with contextlib.suppress(Exception):  # a dead socket ends this stream, not the others
+            async with aclosing(events):
+                async for event in events:
+                    if event is None:
+                        await self.send({"type": "ping"})
+                        continue
+                    payload = page_ws(event, message_id)
+                    if payload["type"] == "start":
+                        payload["client_ref"] = client_ref
+                    await self.send(payload)
+
+
+@websocket("/ws")
+async def chat_socket(socket: WebSocket) -> None:
+    await socket.accept()
+    if not same_origin(socket):
+        await socket.close(CLOSE_POLICY, "cross-origin WebSocket refused")
+        return
+    user = await optional_user(socket)
+    if user is None:
+        await socket.close(CLOSE_UNAUTHORIZED, "log in first")
+        return
+    await ChatSocket(socket, user, services_of(socket)).run()

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible API (`/v1`), so that standard clients work unchanged."""

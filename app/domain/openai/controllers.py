@@ -1,0 +1,174 @@
+"""`/v1/chat/completions` and `/v1/models`, authenticated by bearer API keys.
+
+Each call is stored like a page conversation (source `api`), so it ends with a persisted status
+whatever the client does. The API's disconnect grace is zero: an OpenAI client never resumes, so
+closing the stream stops the engine at once (status `disconnected`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, Router, get, post
+from litestar.di import Provide
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.response import Stream
+
+from app.domain.accounts.models import User
+from app.domain.chat import service
+from app.domain.chat.controllers import start_reply
+from app.domain.openai.schemas import ChatCompletionRequest, openai_error
+from app.engine.base import SamplingParams
+from app.streaming.events import Delta, Final, Start
+from app.streaming.framing import OpenAIChunks, openai_completion
+from app.web.auth import api_key_user, services_of
+from app.web.sse import sse_response
+
+ROLES = {"system", "user", "assistant"}
+
+
+class OpenAIError(HTTPException):
+    def __init__(self, message: str, status_code: int = 400, **fields: Any) -> None:
+        super().__init__(detail=message, status_code=status_code)
+        self.fields = fields
+
+
+def _params(body: ChatCompletionRequest, context_size: int, default_max: int) -> SamplingParams:
+    if body.n != 1:
+        raise OpenAIError("only n=1 is supported", param="n")
+    max_tokens = body.max_completion_tokens or body.max_tokens or default_max
+    if not 1 <= max_tokens <= context_size:
+        raise OpenAIError(f"max_tokens must be between 1 and {context_size}", param="max_tokens")
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            seed=body.seed,
+            stop=tuple(stop),
+        )
+    except ValueError as exc:
+        raise OpenAIError(str(exc)) from exc
+
+
+def _messages(body: ChatCompletionRequest, max_chars: int) -> list[dict[str, str]]:
+    if not body.messages:
+        raise OpenAIError("messages must not be empty", param="messages")
+    out = []
+    for i, message in enumerate(body.messages):
+        if message.role not in ROLES:
+            raise OpenAIError(
+                f"messages[{i}].role {message.role!r} is not supported", param="messages"
+            )
+        try:
+            text = message.text()
+        except ValueError as exc:
+            raise OpenAIError(f"messages[{i}]: {exc}", param="messages") from exc
+        out.append({"role": message.role, "content": text})
+    if out[-1]["role"] != "user":
+        raise OpenAIError("the last message must come from the user", param="messages")
+    if sum(len(m["content"]) for m in out) > max_chars * 4:
+        raise OpenAIError("messages are too long", param="messages")
+    return out
+
+
+@post("/chat/completions", status_code=200)
+async def chat_completions(request: Request, user: User) -> Response[Any] | Stream:
+    services = services_of(request)
+    try:
+        body = msgspec.json.decode(await request.body(), type=ChatCompletionRequest)
+    except msgspec.DecodeError as exc:
+        raise OpenAIError(f"invalid request body: {exc}") from exc
+    if body.model != services.engine.model_name:
+        raise OpenAIError(
+            f"the model {body.model!r} does not exist; GET /v1/models lists the models",
+            status_code=404,
+            param="model",
+            code="model_not_found",
+        )
+    messages = _messages(body, services.settings.max_message_chars)
+    params = _params(body, services.engine.context_size, services.settings.default_max_tokens)
+    conversation = await service.create_conversation(
+        services.sessions, user.id, messages[-1]["content"][:80], source="api"
+    )
+    try:
+        generation = await start_reply(
+            services.replies,
+            user,
+            conversation,
+            messages[-1]["content"],
+            params,
+            extra_messages=messages,
+        )
+    except HTTPException as exc:
+        await service.delete_conversation(services.sessions, user.id, conversation.id)
+        raise OpenAIError(exc.detail, status_code=exc.status_code) from exc
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    model = services.engine.model_name
+    events = services.replies.follow(
+        generation, transport="openai", after=0, keepalive_s=services.settings.keepalive_s
+    )
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        chunks = OpenAIChunks(completion_id, model, include_usage)
+        return sse_response(events, chunks.frame)
+    return await _complete(events, completion_id, model)
+
+
+async def _complete(events: Any, completion_id: str, model: str) -> Response[Any]:
+    created = int(time.time())
+    parts: list[str] = []
+    final: Final | None = None
+    async for event in events:
+        if isinstance(event, Delta):
+            parts.append(event.text)
+        elif isinstance(event, Final):
+            final = event
+        elif event is None or isinstance(event, Start):
+            continue
+    if final is None or final.status.value == "failed":
+        message = final.error if final and final.error else "generation failed"
+        return Response(openai_error(message, kind="server_error"), status_code=500)
+    return Response(openai_completion(completion_id, model, "".join(parts), final, created))
+
+
+@get("/models")
+async def list_models(request: Request, user: User) -> dict[str, Any]:
+    model = services_of(request).engine.model_name
+    return {
+        "object": "list",
+        "data": [{"id": model, "object": "model", "created": 0, "owned_by": "streamchat"}],
+    }
+
+
+def _error_response(request: Request, exc: Exception) -> Response[Any]:
+    """Every error under /v1 in OpenAI's shape, so clients raise their usual exceptions."""
+    status = getattr(exc, "status_code", 500)
+    if isinstance(exc, ValidationException):
+        message = f"invalid request: {exc.extra or exc.detail}"
+    elif isinstance(exc, HTTPException):
+        message = exc.detail
+    else:
+        message = "internal server error"
+    kind = {401: "authentication_error", 404: "invalid_request_error"}.get(
+        status, "invalid_request_error"
+    )
+    if status >= 500:
+        kind = "server_error"
+    fields = getattr(exc, "fields", {})
+    return Response(openai_error(message, kind=kind, **fields), status_code=status)
+
+
+openai_router = Router(
+    path="/v1",
+    route_handlers=[chat_completions, list_models],
+    dependencies={"user": Provide(api_key_user)},
+    exception_handlers={Exception: _error_response},
+    tags=["openai"],
+)
+
+__all__ = ["openai_router"]

@@ -1,0 +1,59 @@
+"""Request shapes of `/v1/chat/completions`, and OpenAI's error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class ContentPart(msgspec.Struct):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The message's text; only text parts are supported (no images)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        if any(part.type != "text" for part in self.content):
+            raise ValueError("only text content parts are supported")
+        return "".join(part.text or "" for part in self.content)
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(msgspec.Struct):
+    """The parameters we honour; unknown OpenAI parameters are accepted and ignored."""
+
+    model: str
+    messages: list[ChatMessage]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = 1
+    user: str | None = None
+
+
+def openai_error(
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -1,0 +1,93 @@
+"""What a subscriber receives, independent of the wire format.
+
+Event ids are character offsets into the reply: a `Delta` with id 42 ends at character 42. That makes
+resume exact from memory *and* from the database (the persisted text is the same string), so a
+client that says `Last-Event-ID: 42` gets `text[42:]`, nothing missing and nothing twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    """A reply's state: `streaming` while it runs, then exactly one of the final ones."""
+
+    STREAMING = "streaming"
+    COMPLETED = "completed"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    DISCONNECTED = "disconnected"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+FINAL_STATUSES = frozenset(Status) - {Status.STREAMING}
+
+
+class CancelCause(StrEnum):
+    """Why a reply was aborted; decides its final status."""
+
+    USER = "user"  # Stop button, WS cancel, POST .../cancel
+    ADMIN = "admin"  # the admin console's kill switch
+    DISCONNECT = "disconnect"  # the client left and did not come back within the grace period
+    DEADLINE = "deadline"  # the client took nothing for too long while text was pending
+    SHUTDOWN = "shutdown"  # the server is stopping
+
+    @property
+    def status(self) -> Status:
+        if self in (CancelCause.USER, CancelCause.ADMIN):
+            return Status.CANCELLED
+        if self is CancelCause.SHUTDOWN:
+            return Status.INTERRUPTED
+        return Status.DISCONNECTED
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    id: int  # character offset where this text ends
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Final:
+    id: int  # the reply's full length in characters
+    status: Status
+    finish_reason: str | None
+    usage: dict[str, int]
+    timings: dict[str, float | None]
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "finish_reason": self.finish_reason,
+            "usage": self.usage,
+            "timings": self.timings,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """First event of a stream: which rows it belongs to, and where in the reply it starts."""
+
+    id: int
+    message_id: str
+    conversation_id: str
+    user_message_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "conversation_id": self.conversation_id,
+            "user_message_id": self.user_message_id,
+            "offset": self.id,
+            **self.extra,
+        }
+
+
+StreamEvent = Start | Delta | Final

@@ -1,0 +1,173 @@
+"""The generation manager: every live reply, plus the background duties no connection should own.
+
+- one pump task per reply (engine stream -> Generation -> recorder's final write);
+- one flusher for all replies: partial text reaches the database at least every `flush_interval_s`,
+  in one batch, so a crash loses at most about that much;
+- one watchdog for all subscribers: a client that took nothing for `client_deadline_s` while text
+  was pending is treated as gone.
+Nothing here knows HTTP or SQL: persistence goes through a `Recorder`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from app.engine.base import ChatMessages, Engine, EngineEvent, SamplingParams
+from app.streaming.events import CancelCause
+from app.streaming.generation import Generation, Outcome
+from app.streaming.subscriber import Subscriber
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    message_id: str
+    text: str
+    completion_tokens: int
+
+
+class Recorder(Protocol):
+    """Where replies are persisted (the chat domain implements it over the database)."""
+
+    async def save_progress(self, progress: Sequence[Progress]) -> None: ...
+
+    async def save_final(self, outcome: Outcome) -> None: ...
+
+
+class GenerationManager:
+    def __init__(
+        self,
+        engine: Engine,
+        recorder: Recorder,
+        *,
+        flush_interval_s: float = 1.0,
+        client_deadline_s: float = 30.0,
+    ) -> None:
+        self.engine = engine
+        self.recorder = recorder
+        self.flush_interval_s = flush_interval_s
+        self.client_deadline_s = client_deadline_s
+        self._live: dict[str, Generation] = {}
+        self._pumps: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
+        self._accepting = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._accepting = True
+        self._background = [
+            asyncio.create_task(self._flush_loop(), name="generation-flusher"),
+            asyncio.create_task(self._watchdog_loop(), name="subscriber-watchdog"),
+        ]
+
+    async def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop admitting; end every live reply (status interrupted) and wait for its final write."""
+        self._accepting = False
+        for generation in list(self._live.values()):
+            generation.cancel(CancelCause.SHUTDOWN)
+        if self._pumps:
+            await asyncio.wait(self._pumps, timeout=timeout_s)
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    # -- replies ------------------------------------------------------------------------------
+
+    def open_stream(
+        self, request_id: str, messages: ChatMessages, params: SamplingParams
+    ) -> AsyncIterator[EngineEvent]:
+        """Ask the engine for a stream. Raises EngineError on bad input, before anything is saved."""
+        return self.engine.generate(request_id, messages, params)
+
+    def run(self, generation: Generation, stream: AsyncIterator[EngineEvent]) -> Generation:
+        """Start pumping `stream` (from `open_stream`, same id) into `generation`."""
+        self._live[generation.message_id] = generation
+        task = asyncio.create_task(
+            self._pump(generation, stream), name=f"pump-{generation.message_id}"
+        )
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+        return generation
+
+    async def _pump(self, generation: Generation, stream: AsyncIterator[EngineEvent]) -> None:
+        request_id = generation.request_id
+        try:
+            outcome = await generation.pump(stream, lambda: self.engine.abort(request_id))
+            await self._save_final(outcome)
+        finally:
+            self._live.pop(generation.message_id, None)
+            generation.finish()
+
+    async def _save_final(self, outcome: Outcome) -> None:
+        for attempt in range(3):  # a momentary database hiccup must not lose the end state
+            try:
+                await self.recorder.save_final(outcome)
+                return
+            except Exception:
+                log.exception(
+                    "saving the end of %s failed (attempt %d)", outcome.message_id, attempt + 1
+                )
+                await asyncio.sleep(0.2 * (attempt + 1))
+
+    def get(self, message_id: str) -> Generation | None:
+        return self._live.get(message_id)
+
+    def live(self) -> list[Generation]:
+        return sorted(self._live.values(), key=lambda g: g.created_at)
+
+    def subscribe(self, generation: Generation, *, transport: str, after: int = 0) -> Subscriber:
+        return Subscriber(generation, transport=transport, after=after)
+
+    def cancel(self, message_id: str, cause: CancelCause) -> bool:
+        """Abort a live reply; False if it is not live here (finished, or on another replica)."""
+        generation = self._live.get(message_id)
+        return generation.cancel(cause) if generation is not None else False
+
+    # -- background duties --------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Save the partial text of every reply that grew since its last save, in one batch."""
+        dirty = [
+            g for g in self._live.values() if g.outcome is None and g.length > g.flushed_length
+        ]
+        if not dirty:
+            return
+        batch = [Progress(g.message_id, g.text(), g.tokens) for g in dirty]
+        await self.recorder.save_progress(batch)
+        for generation, progress in zip(dirty, batch, strict=True):
+            generation.flushed_length = len(progress.text)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("flushing partial replies failed; retrying next tick")
+
+    async def _watchdog_loop(self) -> None:
+        period = max(0.05, min(1.0, self.client_deadline_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for generation in list(self._live.values()):
+                for subscriber in generation.subscribers:
+                    if subscriber.stalled(now, self.client_deadline_s):
+                        log.info(
+                            "subscriber of %s stalled: treating it as gone", generation.message_id
+                        )
+                        subscriber.kill(CancelCause.DEADLINE)

@@ -1,0 +1,115 @@
+"""A subscriber is one connection's view of a Generation: a mailbox, not a queue of tokens.
+
+It holds only a cursor (a character offset) into the Generation's text. Whatever arrived since the
+connection last took an event leaves as ONE delta, so a slow socket gets fewer, larger events and
+the memory a client costs does not grow with how far behind it is. The engine never waits for it.
+
+The framing code drives it:
+
+    subscriber = generation.subscribe(after=last_event_id)
+    try:
+        async for event in subscriber.events(keepalive_s):   # Start, Delta..., Final; None = idle
+            await send(frame(event))
+    finally:
+        subscriber.close()           # before the Final: the client is gone (grace, then abort)
+
+A watchdog (the manager's) calls `stalled(now, deadline_s)`: a subscriber that has taken nothing for
+the deadline while text is pending is treated as gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+from app.streaming.events import CancelCause, Delta, StreamEvent
+
+if TYPE_CHECKING:
+    from app.streaming.generation import Generation
+
+
+class Subscriber:
+    def __init__(self, generation: Generation, *, transport: str, after: int = 0) -> None:
+        self.generation = generation
+        self.transport = transport  # "sse", "ws" or "openai": for metrics and the admin view
+        self.cursor = max(0, min(after, generation.length))
+        self.sent_events = 0
+        self.coalesced = 0  # deltas that left merged with others because the client was busy
+        self._wake = asyncio.Event()
+        self._last_take = time.monotonic()
+        self._taking = False  # the consumer is waiting in `events()` (not stuck in a send)
+        self._final_sent = False
+        self._killed: CancelCause | None = None
+        self.on_kill: Callable[[], None] | None = None  # e.g. close the WebSocket
+        generation.attach(self)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def pending(self) -> bool:
+        return self.generation.length > self.cursor or (
+            self.generation.done and not self._final_sent
+        )
+
+    async def events(self, keepalive_s: float) -> AsyncIterator[StreamEvent | None]:
+        """Start, then coalesced deltas, then Final. Yields None after `keepalive_s` of silence."""
+        yield self.generation.start_event(self.cursor)
+        while not self._final_sent:
+            self._taking = True
+            try:
+                await self._wait(keepalive_s)
+            finally:
+                self._taking = False
+            if self._killed is not None:
+                return  # given up on: the stream ends without a Final (the client sees truncation)
+            event = self._take()
+            self._last_take = time.monotonic()
+            yield event
+
+    async def _wait(self, keepalive_s: float) -> None:
+        if self.pending or self._killed is not None:
+            return
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), keepalive_s)
+        except TimeoutError:
+            pass
+
+    def _take(self) -> StreamEvent | None:
+        generation = self.generation
+        if generation.length > self.cursor:
+            text = generation.text_since(self.cursor)
+            self.coalesced += generation.parts_between(self.cursor, generation.length) - 1
+            self.cursor += len(text)
+            self.sent_events += 1
+            return Delta(id=self.cursor, text=text)
+        if generation.done:
+            self._final_sent = True
+            return generation.final_event()
+        return None  # idle: the caller sends a heartbeat
+
+    def stalled(self, now: float, deadline_s: float) -> bool:
+        return (
+            not self._taking
+            and not self._final_sent
+            and self.generation.length > self.cursor
+            and now - self._last_take > deadline_s
+        )
+
+    def kill(self, cause: CancelCause) -> None:
+        """The watchdog's verdict: this client is gone."""
+        if self._killed is not None:
+            return
+        self._killed = cause
+        self._wake.set()
+        self.generation.detach(self, gone=True, cause=cause)
+        if self.on_kill is not None:
+            self.on_kill()
+
+    def close(self) -> None:
+        """The connection ended. Before the Final event, that means the client went away."""
+        if self._killed is None:
+            self.generation.detach(self, gone=not self._final_sent, cause=CancelCause.DISCONNECT)

@@ -1,0 +1,94 @@
+"""The Litestar app factory: plugins, middleware, routes and the lifespan, wired in one place.
+
+    uvicorn --factory app.web.app:create_app
+
+The lifespan builds the services (database, engine, generation manager), marks replies a dead
+server left `streaming` as `interrupted`, loads the model, and on shutdown ends every open reply
+with a saved state before the engine and the database go away.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from litestar import Litestar
+from litestar.config.csrf import CSRFConfig
+from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.logging import LoggingConfig
+from litestar.middleware.session.server_side import ServerSideSessionConfig
+from litestar.static_files import create_static_files_router
+from litestar.stores.memory import MemoryStore
+from litestar.template.config import TemplateConfig
+
+from app.domain.accounts.controllers import ApiKeyController, AuthController
+from app.domain.accounts.ratelimit import LoginRateLimiter
+from app.domain.chat.controllers import ConversationController, MessageController
+from app.domain.chat.websocket import chat_socket
+from app.domain.openai.controllers import openai_router
+from app.engine import Engine
+from app.settings import Settings
+from app.web import pages
+from app.web.services import Services
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SESSION_MAX_AGE_S = 14 * 24 * 3600
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> Litestar:
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        services = Services.build(settings, engine)
+        app.state.services = services
+        app.state.login_limiter = LoginRateLimiter()
+        await services.start()
+        try:
+            yield
+        finally:
+            await services.stop()
+
+    session_config = ServerSideSessionConfig(
+        max_age=SESSION_MAX_AGE_S, samesite="lax", httponly=True, store="sessions"
+    )
+    csrf_config = CSRFConfig(
+        secret=settings.secret_key,
+        cookie_name="csrftoken",
+        header_name="x-csrftoken",
+        cookie_samesite="lax",
+        exclude=["/v1"],  # bearer-token API: no cookies, so no CSRF
+    )
+    return Litestar(
+        route_handlers=[
+            pages.chat_page,
+            pages.login_page,
+            pages.signup_page,
+            pages.healthz,
+            pages.readyz,
+            AuthController,
+            ApiKeyController,
+            ConversationController,
+            MessageController,
+            chat_socket,
+            openai_router,
+            create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),
+        ],
+        lifespan=[lifespan],
+        middleware=[session_config.middleware],
+        csrf_config=csrf_config,
+        stores={"sessions": MemoryStore()},
+        template_config=TemplateConfig(
+            directory=PROJECT_ROOT / "templates", engine=JinjaTemplateEngine
+        ),
+        logging_config=LoggingConfig(
+            root={"level": "INFO", "handlers": ["queue_listener"]},
+            log_exceptions="always",
+        ),
+        debug=settings.debug,
+    )
+
+
+logging.getLogger("httpx").setLevel(logging.WARNING)

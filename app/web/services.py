@@ -1,0 +1,67 @@
+"""The long-lived objects one app instance holds, built and torn down by the app's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.engine import create_engine as create_db_engine
+from app.db.engine import make_sessionmaker
+from app.db.session import Sessions
+from app.domain.chat import service as chat_service
+from app.domain.chat.recorder import DatabaseRecorder
+from app.domain.chat.replies import ReplyService
+from app.engine import Engine, create_engine
+from app.settings import Settings
+from app.streaming.manager import GenerationManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db_engine: AsyncEngine
+    sessions: Sessions
+    engine: Engine
+    manager: GenerationManager
+    replies: ReplyService
+    engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    engine_error: str | None = None
+
+    @classmethod
+    def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
+        db_engine = create_db_engine(settings.database_url)
+        sessions = make_sessionmaker(db_engine)
+        engine = engine or create_engine(settings.engine)
+        manager = GenerationManager(
+            engine,
+            DatabaseRecorder(sessions),
+            flush_interval_s=settings.flush_interval_s,
+            client_deadline_s=settings.client_deadline_s,
+        )
+        replies = ReplyService(
+            sessions,
+            manager,
+            page_grace_s=settings.page_grace_s,
+            api_grace_s=settings.api_grace_s,
+        )
+        return cls(settings, db_engine, sessions, engine, manager, replies)
+
+    async def start(self) -> None:
+        interrupted = await chat_service.mark_interrupted_at_startup(self.sessions)
+        if interrupted:
+            log.warning(
+                "marked %d replies left streaming by a previous run as interrupted", interrupted
+            )
+        await self.manager.start()
+        await self.engine.start()
+        self.engine_ready.set()
+
+    async def stop(self) -> None:
+        await self.manager.shutdown()
+        await self.engine.shutdown()
+        await self.db_engine.dispose()
