@@ -25,6 +25,7 @@ from litestar.template.config import TemplateConfig
 
 from app.domain.accounts.controllers import ApiKeyController, AuthController
 from app.domain.accounts.ratelimit import LoginRateLimiter
+from app.domain.admin.controllers import AdminApiController
 from app.domain.chat.controllers import ConversationController, MessageController
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             ApiKeyController,
             ConversationController,
             MessageController,
+            AdminApiController,
             chat_socket,
             openai_router,
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),
