@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import delete, event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.db.session import transaction
 from app.domain.accounts.models import User
 from app.domain.chat import service as chat
 from app.domain.chat.models import (
@@ -369,3 +370,28 @@ def test_timings_from_epoch() -> None:
     timings = chat.Timings.from_epoch(queued_at=0.0, first_token_at=None, ttft_ms=5.0)
     assert timings.queued_at == datetime(1970, 1, 1, tzinfo=UTC)
     assert timings.first_token_at is None and timings.ttft_ms == 5.0
+
+
+async def test_progress_updates_batch_in_one_transaction(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    """The recorder flushes every running reply at once; a finished one is left alone."""
+    _, running = await chat.add_turn(db_sessions, conversation.id, "a", "m")
+    _, finished = await chat.add_turn(db_sessions, conversation.id, "b", "m")
+    await chat.finish_message(db_sessions, finished.id, "completed", content="final")
+
+    async with transaction(db_sessions) as session:
+        results = [
+            await session.execute(chat.progress_update(running.id, "partial", 3)),
+            await session.execute(chat.progress_update(finished.id, "stale", 9)),
+        ]
+    assert [result.rowcount for result in results] == [1, 0]
+    assert (await _reload(db_sessions, running.id)).content == "partial"
+    assert (await _reload(db_sessions, finished.id)).content == "final"
+
+
+async def test_get_message_unscoped(db_sessions: Sessions, conversation: Conversation) -> None:
+    _, reply = await chat.add_turn(db_sessions, conversation.id, "a", "m")
+    found = await chat.get_message_unscoped(db_sessions, reply.id)
+    assert found is not None and found.id == reply.id
+    assert await chat.get_message_unscoped(db_sessions, uuid.uuid4()) is None
