@@ -99,6 +99,7 @@ class Finished:
     first_token_at: float | None  # None when no token was produced
     finished_at: float
     error: str | None = None
+    admitted_at: float | None = None  # left the waiting queue (None: never admitted, or unknown)
 
 
 EngineEvent = TextDelta | Finished

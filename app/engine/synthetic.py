@@ -154,6 +154,7 @@ class _Sequence:
     queued_at: float
     generated: int = 0
     first_token_at: float | None = None
+    admitted_at: float | None = None
     pending_ids: list[int] = field(default_factory=list)  # sampled but not shown yet
     aborted: bool = False
     running: bool = False
@@ -321,6 +322,7 @@ class SyntheticEngine:
             self._waiting.popleft()
             self._running.append(head)
             head.running = True
+            head.admitted_at = time.time()
             self._reserved += head.reserved
             joined.append(head)
         return joined
@@ -388,6 +390,7 @@ class SyntheticEngine:
             first_token_at=seq.first_token_at,
             finished_at=now if now is not None else time.time(),
             error=error,
+            admitted_at=seq.admitted_at,
         )
         seq.stream.push(event)
 

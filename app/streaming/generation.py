@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.engine.base import EngineEvent, Finished, FinishReason
+from app.streaming import metrics
 from app.streaming.events import CancelCause, Delta, Final, Start, Status
 
 if TYPE_CHECKING:
@@ -184,6 +185,7 @@ class Generation:
         self.cancel_cause = cause
         self.cancel_token_index = self.tokens
         self._abort()
+        metrics.ABORTS.labels(cause.value).inc()
         return True
 
     # -- the pump -----------------------------------------------------------------------------
@@ -217,6 +219,11 @@ class Generation:
             abort()
         self.outcome = self._outcome(finished, error)
         self.status = self.outcome.status
+        metrics.REPLIES.labels(self.status.value).inc()
+        if self.outcome.ttft_ms is not None:
+            metrics.ENGINE_TTFT.observe(self.outcome.ttft_ms / 1000)
+        if finished is not None and finished.admitted_at is not None:
+            metrics.QUEUE_WAIT.observe(finished.admitted_at - finished.queued_at)
         if self._grace_timer is not None:
             self._grace_timer.cancel()
         return self.outcome
@@ -227,10 +234,13 @@ class Generation:
         self._wake_subscribers()
 
     def _append(self, text: str) -> None:
+        now = time.time()
+        if self._delta_times:
+            metrics.ENGINE_GAP.observe(now - self._delta_times[-1])
         self._parts.append(text)
         self._length += len(text)
         self._ends.append(self._length)
-        self._delta_times.append(time.time())
+        self._delta_times.append(now)
         self._wake_subscribers()
 
     def _outcome(self, finished: Finished | None, error: str | None) -> Outcome:

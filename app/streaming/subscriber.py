@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
+from app.streaming import metrics
 from app.streaming.events import CancelCause, Delta, StreamEvent
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class Subscriber:
         self.generation = generation
         self.transport = transport  # "sse", "ws" or "openai": for metrics and the admin view
         self.cursor = max(0, min(after, generation.length))
+        self._from_start = self.cursor == 0 and generation.length == 0
         self.sent_events = 0
         self.coalesced = 0  # deltas that left merged with others because the client was busy
         self._wake = asyncio.Event()
@@ -43,7 +45,10 @@ class Subscriber:
         self._final_sent = False
         self._killed: CancelCause | None = None
         self.on_kill: Callable[[], None] | None = None  # e.g. close the WebSocket
+        self._closed = False
+        self._last_delta_at: float | None = None  # wall clock, for the delivered-latency metrics
         generation.attach(self)
+        metrics.OPEN_STREAMS.labels(transport).inc()
 
     def wake(self) -> None:
         self._wake.set()
@@ -82,14 +87,29 @@ class Subscriber:
         generation = self.generation
         if generation.length > self.cursor:
             text = generation.text_since(self.cursor)
-            self.coalesced += generation.parts_between(self.cursor, generation.length) - 1
+            merged = generation.parts_between(self.cursor, generation.length) - 1
+            if merged:
+                self.coalesced += merged
+                metrics.COALESCED.labels(self.transport).inc(merged)
             self.cursor += len(text)
             self.sent_events += 1
+            self._observe_delivery()
             return Delta(id=self.cursor, text=text)
         if generation.done:
             self._final_sent = True
             return generation.final_event()
         return None  # idle: the caller sends a heartbeat
+
+    def _observe_delivery(self) -> None:
+        now = time.time()
+        if self._last_delta_at is None:
+            if self._from_start:  # a resumed stream's first event is no time-to-first-token
+                metrics.DELIVERED_TTFT.labels(self.transport).observe(
+                    now - self.generation.created_at
+                )
+        else:
+            metrics.DELIVERED_GAP.labels(self.transport).observe(now - self._last_delta_at)
+        self._last_delta_at = now
 
     def stalled(self, now: float, deadline_s: float) -> bool:
         return (
@@ -104,6 +124,9 @@ class Subscriber:
         if self._killed is not None:
             return
         self._killed = cause
+        if cause is CancelCause.DEADLINE:
+            metrics.DEADLINE_ABORTS.inc()
+        self._release()
         self._wake.set()
         self.generation.detach(self, gone=True, cause=cause)
         if self.on_kill is not None:
@@ -111,5 +134,11 @@ class Subscriber:
 
     def close(self) -> None:
         """The connection ended. Before the Final event, that means the client went away."""
+        self._release()
         if self._killed is None:
             self.generation.detach(self, gone=not self._final_sent, cause=CancelCause.DISCONNECT)
+
+    def _release(self) -> None:
+        if not self._closed:
+            self._closed = True
+            metrics.OPEN_STREAMS.labels(self.transport).dec()

@@ -32,6 +32,7 @@ from app.domain.openai.controllers import openai_router
 from app.engine import Engine
 from app.settings import Settings
 from app.web import pages
+from app.web.metrics import metrics_endpoint
 from app.web.services import Services
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             pages.signup_page,
             pages.healthz,
             pages.readyz,
+            metrics_endpoint,
             AuthController,
             ApiKeyController,
             ConversationController,

@@ -16,6 +16,7 @@ from app.domain.chat.recorder import DatabaseRecorder
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine, create_engine
 from app.settings import Settings
+from app.streaming import metrics
 from app.streaming.manager import GenerationManager
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class Services:
         db_engine = create_db_engine(settings.database_url)
         sessions = make_sessionmaker(db_engine)
         engine = engine or create_engine(settings.engine)
+        metrics.watch_engine(engine.stats)
         manager = GenerationManager(
             engine,
             DatabaseRecorder(sessions),

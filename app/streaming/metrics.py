@@ -1,0 +1,112 @@
+"""Prometheus metrics of the streaming path, engine-side and as delivered to clients.
+
+The gap between the engine's histograms and the delivered ones is the serving path's own cost
+(queueing in the app, framing, a slow socket); a delivered TTFT far above the engine's says
+something between the engine and the user is buffering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from app.engine.base import EngineStats
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+)  # fmt: skip
+
+ENGINE_TTFT = Histogram(
+    "streamchat_engine_ttft_seconds",
+    "Time from enqueue to the engine's first token.",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+ENGINE_GAP = Histogram(
+    "streamchat_engine_inter_token_seconds",
+    "Gap between consecutive text deltas as they leave the engine.",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+QUEUE_WAIT = Histogram(
+    "streamchat_queue_wait_seconds",
+    "Time a request waited before the engine admitted it.",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+DELIVERED_TTFT = Histogram(
+    "streamchat_delivered_ttft_seconds",
+    "Time from the request to the first text handed to the client's connection.",
+    ["transport"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+DELIVERED_GAP = Histogram(
+    "streamchat_delivered_gap_seconds",
+    "Gap between consecutive events handed to a client's connection.",
+    ["transport"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+REPLIES = Counter(
+    "streamchat_replies_total", "Replies by end state.", ["status"], registry=REGISTRY
+)
+ABORTS = Counter("streamchat_aborts_total", "Engine aborts by cause.", ["cause"], registry=REGISTRY)
+DEADLINE_ABORTS = Counter(
+    "streamchat_deadline_aborts_total",
+    "Subscribers given up on because they took nothing for the deadline while text was pending.",
+    registry=REGISTRY,
+)
+COALESCED = Counter(
+    "streamchat_coalesced_deltas_total",
+    "Engine deltas that left merged into a larger event because the client was still busy.",
+    ["transport"],
+    registry=REGISTRY,
+)
+OPEN_STREAMS = Gauge(
+    "streamchat_open_streams", "Open reply streams by transport.", ["transport"], registry=REGISTRY
+)
+
+
+class EngineCollector(Collector):
+    """Reads the engine's own counters at scrape time (no polling loop)."""
+
+    def __init__(self, stats: Callable[[], EngineStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stats = self._stats()
+        for name, doc, value in (
+            ("streamchat_engine_running_sequences", "Sequences decoding now.", stats.running),
+            (
+                "streamchat_engine_waiting_sequences",
+                "Requests waiting for admission.",
+                stats.waiting,
+            ),
+            ("streamchat_engine_kv_cells_used", "KV cache cells in use.", stats.kv_used),
+            ("streamchat_engine_kv_cells_total", "KV cache cells in all.", stats.kv_total),
+            ("streamchat_engine_steps", "Engine steps since start.", stats.steps),
+            (
+                "streamchat_engine_tokens_generated",
+                "Tokens sampled since start.",
+                stats.tokens_generated,
+            ),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+
+
+_engine_collector: EngineCollector | None = None
+
+
+def watch_engine(stats: Callable[[], EngineStats]) -> None:
+    """Expose this engine's stats (replacing a previous engine's, e.g. in tests)."""
+    global _engine_collector
+    if _engine_collector is not None:
+        REGISTRY.unregister(_engine_collector)
+    _engine_collector = EngineCollector(stats)
+    REGISTRY.register(_engine_collector)
