@@ -80,6 +80,7 @@ class Settings:
     api_grace_s: float = 0.0  # same for /v1: OpenAI clients never resume
     client_deadline_s: float = 30.0  # a subscriber that takes nothing this long is gone
     flush_interval_s: float = 1.0  # partial text reaches the database at least this often
+    replica_id: str = "main"  # names this process among replicas sharing one database
     max_message_chars: int = 16000
     default_max_tokens: int = 512
     debug: bool = False
@@ -96,6 +97,7 @@ class Settings:
             api_grace_s=_env_float("API_GRACE_S", d.api_grace_s),
             client_deadline_s=_env_float("CLIENT_DEADLINE_S", d.client_deadline_s),
             flush_interval_s=_env_float("FLUSH_INTERVAL_S", d.flush_interval_s),
+            replica_id=_env("REPLICA_ID", d.replica_id),
             max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
             default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
             debug=_env_bool("DEBUG", d.debug),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.cancel_channel import cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
@@ -17,6 +18,7 @@ from app.domain.chat.replies import ReplyService
 from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics
+from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
 
 log = logging.getLogger(__name__)
@@ -50,20 +52,33 @@ class Services:
             manager,
             page_grace_s=settings.page_grace_s,
             api_grace_s=settings.api_grace_s,
+            replica_id=settings.replica_id,
+            cancel_channel=cancel_channel_for(settings.database_url, sessions),
         )
         return cls(settings, db_engine, sessions, engine, manager, replies)
 
     async def start(self) -> None:
-        interrupted = await chat_service.mark_interrupted_at_startup(self.sessions)
+        interrupted = await chat_service.mark_interrupted_at_startup(
+            self.sessions, self.settings.replica_id
+        )
         if interrupted:
             log.warning(
                 "marked %d replies left streaming by a previous run as interrupted", interrupted
             )
         await self.manager.start()
+        await self.replies.cancel_channel.start(self._cancel_from_elsewhere)
         await self.engine.start()
         self.engine_ready.set()
 
+    def _cancel_from_elsewhere(self, message_id: str, cause: str) -> None:
+        """A Stop that reached another replica, for a reply that may be running here."""
+        try:
+            self.manager.cancel(message_id, CancelCause(cause))
+        except ValueError:
+            log.warning("ignoring a cancel with unknown cause %r", cause)
+
     async def stop(self) -> None:
+        await self.replies.cancel_channel.stop()
         await self.manager.shutdown()
         await self.engine.shutdown()
         await self.db_engine.dispose()

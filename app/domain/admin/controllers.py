@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+from uuid import UUID
 
 from litestar import Controller, Request, get, post
 from litestar.exceptions import NotFoundException
 
+from app.domain.chat import service as chat_service
 from app.streaming.events import CancelCause
 from app.web.auth import admin_guard, services_of
 
@@ -43,8 +45,13 @@ class AdminApiController(Controller):
     async def live(self, request: Request) -> list[dict[str, Any]]:
         return live_json(services_of(request))
 
-    @post("/live/{message_id:str}/kill", status_code=200)
-    async def kill(self, request: Request, message_id: str) -> dict[str, Any]:
-        if not services_of(request).manager.cancel(message_id, CancelCause.ADMIN):
-            raise NotFoundException("no live generation with this id")
-        return {"message_id": message_id, "status": "cancelling"}
+    @post("/live/{message_id:uuid}/kill", status_code=200)
+    async def kill(self, request: Request, message_id: UUID) -> dict[str, Any]:
+        """The kill switch: abort a reply on whichever replica runs it."""
+        services = services_of(request)
+        message = await chat_service.get_message_unscoped(services.sessions, message_id)
+        if message is None or str(message.role) != "assistant":
+            raise NotFoundException("no such reply")
+        reply = services.manager.get(str(message_id)) or message
+        status = await services.replies.stop(reply, CancelCause.ADMIN)
+        return {"message_id": str(message_id), "status": status}

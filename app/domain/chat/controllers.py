@@ -5,8 +5,6 @@ Every lookup is scoped to the logged-in user; another user's ids answer 404, lik
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 from typing import Annotated, Any
 from uuid import UUID
@@ -257,15 +255,8 @@ class MessageController(Controller):
     @post("/{message_id:uuid}/cancel", status_code=200)
     async def cancel(self, request: Request, user: User, message_id: UUID) -> dict[str, Any]:
         """Stop a reply (idempotent); answers once its end state is saved."""
-        services = services_of(request)
         reply = await self._find(request, user, message_id)
-        if isinstance(reply, Generation):
-            reply.cancel(CancelCause.USER)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reply.wait_done(), CANCEL_WAIT_S)
-            return {"message_id": str(message_id), "status": reply.status.value}
-        stored = await service.get_message(services.sessions, user.id, message_id)
-        status = str(stored.status) if stored else str(reply.status)
+        status = await services_of(request).replies.stop(reply, CancelCause.USER, CANCEL_WAIT_S)
         return {"message_id": str(message_id), "status": status}
 
     @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT)

@@ -107,6 +107,7 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     model: Mapped[str | None] = mapped_column(String(200), default=None)
     engine_request_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    replica_id: Mapped[str | None] = mapped_column(String(64), default=None)  # who generates it
 
     prompt_tokens: Mapped[int | None] = mapped_column(default=None)
     completion_tokens: Mapped[int | None] = mapped_column(default=None)

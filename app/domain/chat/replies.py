@@ -9,17 +9,21 @@ fails, the engine request is aborted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from uuid import UUID
 
+from app.db.cancel_channel import LocalCancelChannel, PostgresCancelChannel
 from app.db.session import Sessions
 from app.domain.chat import service
 from app.domain.chat.models import Conversation, Message, MessageRole
-from app.engine.base import SamplingParams
+from app.engine.base import EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, Delta, Start, Status, StreamEvent
 from app.streaming.generation import Generation, Outcome, final_from_outcome
 from app.streaming.manager import GenerationManager
+
+CancelChannel = LocalCancelChannel | PostgresCancelChannel
 
 STORED_POLL_S = 0.5
 """How often a reply streaming on another replica is re-read from the database."""
@@ -58,10 +62,14 @@ class ReplyService:
         *,
         page_grace_s: float,
         api_grace_s: float,
+        replica_id: str | None = None,
+        cancel_channel: CancelChannel | None = None,
     ) -> None:
         self.sessions = sessions
         self.manager = manager
         self.grace_by_source = {"page": page_grace_s, "api": api_grace_s}
+        self.replica_id = replica_id
+        self.cancel_channel = cancel_channel or LocalCancelChannel()
 
     @property
     def model_name(self) -> str:
@@ -85,6 +93,8 @@ class ReplyService:
             messages = [*history, {"role": "user", "content": content}]
         else:
             messages = extra_messages
+        if not self.manager.accepting:
+            raise EngineUnavailableError("the server is shutting down: try again in a moment")
         request_id = uuid.uuid4().hex
         stream = self.manager.open_stream(request_id, messages, params)  # may raise EngineError
         try:
@@ -94,6 +104,7 @@ class ReplyService:
                 content,
                 self.model_name,
                 engine_request_id=request_id,
+                replica_id=self.replica_id,
             )
         except BaseException:
             await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
@@ -164,6 +175,30 @@ class ReplyService:
                 return
             message = refreshed
 
-    def cancel(self, reply: Generation | Message, cause: CancelCause = CancelCause.USER) -> bool:
-        """Stop a reply running in this process; False if it is finished or runs elsewhere."""
-        return isinstance(reply, Generation) and reply.cancel(cause)
+    async def stop(
+        self,
+        reply: Generation | Message,
+        cause: CancelCause = CancelCause.USER,
+        wait_s: float = 5.0,
+    ) -> str:
+        """Stop a reply wherever it runs (idempotent); returns its status once the end is saved.
+
+        Live here: abort it. Streaming on another replica: ask over the cancel channel and watch
+        the database for its end. Already finished: nothing to do.
+        """
+        if isinstance(reply, Generation):
+            reply.cancel(cause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reply.wait_done(), wait_s)
+            return reply.status.value
+        if reply.is_final:
+            return str(reply.status)
+        await self.cancel_channel.publish(str(reply.id), cause.value)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            latest = await service.get_message_unscoped(self.sessions, reply.id)
+            if latest is None or latest.is_final:
+                return str(latest.status) if latest else "deleted"
+        return "streaming"

@@ -198,6 +198,7 @@ async def add_turn(
     model: str | None,
     *,
     engine_request_id: str | None = None,
+    replica_id: str | None = None,
 ) -> tuple[Message, Message]:
     """Store the user's message and the (empty, `streaming`) assistant reply in one transaction.
 
@@ -225,6 +226,7 @@ async def add_turn(
             status=MessageStatus.STREAMING,
             model=model,
             engine_request_id=engine_request_id,
+            replica_id=replica_id,
             completion_tokens=0,
             created_at=now + timedelta(microseconds=1),
         )
@@ -304,17 +306,21 @@ async def finish_message(
         return result.rowcount > 0
 
 
-async def mark_interrupted_at_startup(sessions: Sessions) -> int:
-    """Close every reply left `streaming` by a server that died; returns how many.
+async def mark_interrupted_at_startup(sessions: Sessions, replica_id: str | None = None) -> int:
+    """Close every reply this replica left `streaming` when it died; returns how many.
 
-    Call it once at startup, before serving, and only where this process is the database's sole
-    writer of replies (it cannot tell a dead server's rows from a live sibling's). `finished_at`
-    stays empty: when the reply really stopped is unknown.
+    Call it once at startup, before serving. With `replica_id`, only that replica's rows (and rows
+    with no replica recorded) are closed, so restarting one replica leaves its siblings' live
+    replies alone; without it, every streaming row is closed (a single-process deployment).
+    `finished_at` stays empty: when the reply really stopped is unknown.
     """
+    condition = Message.status == MessageStatus.STREAMING
+    if replica_id is not None:
+        condition = condition & ((Message.replica_id == replica_id) | Message.replica_id.is_(None))
     async with transaction(sessions) as session:
         result = await session.execute(
             update(Message)
-            .where(Message.status == MessageStatus.STREAMING)
+            .where(condition)
             .values(
                 status=MessageStatus.INTERRUPTED,
                 finish_reason="interrupted",

@@ -156,8 +156,10 @@ class ChatSocket:
 
     async def on_cancel(self, request: CancelRequest) -> None:
         reply = await self._find(request.message_id)
-        if isinstance(reply, Generation):
-            reply.cancel(CancelCause.USER)  # the reply's stream carries the final state
+        # Not awaited: the socket keeps receiving; the reply's own stream carries its end.
+        task = asyncio.create_task(self.services.replies.stop(reply, CancelCause.USER))
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
 
     async def on_resume(self, request: ResumeRequest) -> None:
         reply = await self._find(request.message_id)

@@ -1,0 +1,84 @@
+"""Cross-replica Stop: a cancel published by one app process reaches the one running the reply.
+
+On PostgreSQL the replicas already share the database, so its LISTEN/NOTIFY is the channel (no
+extra service): each replica LISTENs on one connection, and a Stop that lands on a replica that
+does not hold the reply NOTIFYs `message_id cause`. SQLite means one process: nothing to relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from app.db.engine import normalize_database_url
+from app.db.session import Sessions, transaction
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "streamchat_cancel"
+
+OnCancel = Callable[[str, str], None]  # (message_id, cause)
+
+
+class LocalCancelChannel:
+    """One process: every reply is local, so there is nobody to tell."""
+
+    relays = False
+
+    async def start(self, on_cancel: OnCancel) -> None:
+        return None
+
+    async def publish(self, message_id: str, cause: str) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+class PostgresCancelChannel:
+    relays = True
+
+    def __init__(self, database_url: str, sessions: Sessions) -> None:
+        url = make_url(normalize_database_url(database_url)).set(drivername="postgresql")
+        self._dsn = url.render_as_string(hide_password=False)
+        self._sessions = sessions
+        self._connection: Any = None
+        self._on_cancel: OnCancel | None = None
+
+    async def start(self, on_cancel: OnCancel) -> None:
+        self._on_cancel = on_cancel
+        self._connection = await asyncpg.connect(self._dsn)
+        await self._connection.add_listener(CHANNEL, self._received)
+
+    def _received(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        message_id, _, cause = payload.partition(" ")
+        if self._on_cancel is not None:
+            self._on_cancel(message_id, cause or "user")
+
+    async def publish(self, message_id: str, cause: str) -> None:
+        async with transaction(self._sessions) as session:
+            await session.execute(
+                text("SELECT pg_notify(:channel, :payload)"),
+                {"channel": CHANNEL, "payload": f"{message_id} {cause}"},
+            )
+
+    async def stop(self) -> None:
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._connection.close(), 5)
+            self._connection = None
+
+
+def cancel_channel_for(
+    database_url: str, sessions: Sessions
+) -> LocalCancelChannel | PostgresCancelChannel:
+    if make_url(normalize_database_url(database_url)).get_backend_name() == "postgresql":
+        return PostgresCancelChannel(database_url, sessions)
+    return LocalCancelChannel()
