@@ -81,6 +81,7 @@ class Settings:
     client_deadline_s: float = 30.0  # a subscriber that takes nothing this long is gone
     flush_interval_s: float = 1.0  # partial text reaches the database at least this often
     replica_id: str = "main"  # names this process among replicas sharing one database
+    session_store_url: str | None = None  # redis://... shares log-in sessions between replicas
     max_message_chars: int = 16000
     default_max_tokens: int = 512
     debug: bool = False
@@ -98,6 +99,7 @@ class Settings:
             client_deadline_s=_env_float("CLIENT_DEADLINE_S", d.client_deadline_s),
             flush_interval_s=_env_float("FLUSH_INTERVAL_S", d.flush_interval_s),
             replica_id=_env("REPLICA_ID", d.replica_id),
+            session_store_url=os.environ.get("SESSION_STORE_URL") or None,
             max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
             default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
             debug=_env_bool("DEBUG", d.debug),

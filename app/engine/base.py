@@ -85,7 +85,9 @@ class TextDelta:
     """New stable text (never half a character, never a possible stop-string prefix)."""
 
     text: str
-    token_ids: tuple[int, ...]  # the tokens sampled since the previous event (may be more than the text shows)
+    token_ids: tuple[
+        int, ...
+    ]  # the tokens sampled since the previous event (may be more than the text shows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,9 @@ from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.logging import LoggingConfig
 from litestar.middleware.session.server_side import ServerSideSessionConfig
 from litestar.static_files import create_static_files_router
+from litestar.stores.base import Store
 from litestar.stores.memory import MemoryStore
+from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
 from app.domain.accounts.controllers import ApiKeyController, AuthController
@@ -37,6 +39,13 @@ from app.web.services import Services
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SESSION_MAX_AGE_S = 14 * 24 * 3600
+
+
+def session_store(settings: Settings) -> Store:
+    """Server-side sessions live in memory, or in Redis when replicas must share them."""
+    if settings.session_store_url:
+        return RedisStore.with_client(settings.session_store_url, namespace="streamchat-sessions")
+    return MemoryStore()
 
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> Litestar:
@@ -83,7 +92,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         lifespan=[lifespan],
         middleware=[session_config.middleware],
         csrf_config=csrf_config,
-        stores={"sessions": MemoryStore()},
+        stores={"sessions": session_store(settings)},
         template_config=TemplateConfig(
             directory=PROJECT_ROOT / "templates", engine=JinjaTemplateEngine
         ),

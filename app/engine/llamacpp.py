@@ -1,0 +1,358 @@
+"""The embedded CPU engine: llama.cpp with continuous batching, driven from one Python thread.
+
+    engine = LlamaCppEngine(EngineSettings())
+    await engine.start()
+    async for event in engine.generate("r1", [{"role": "user", "content": "Hi"}], SamplingParams()):
+        ...
+
+Shape of the loop (one iteration = one step = one `llama_decode`):
+
+    take new requests and aborts   (queues the event loop fills; never a lock held across a step)
+    admit from the FIFO queue      (free sequence slot + room for the whole reply in the KV pool)
+    build ONE batch                (a decode token per running sequence + prompt chunks, budgeted)
+    llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
+    sample per sequence            (own sampler chain, reading only the rows flagged for logits)
+    detokenise, check stop/EOS/length, free finished sequences' KV cells at once
+    hand the step's events to asyncio in ONE call_soon_threadsafe
+
+The thread never waits for a consumer: events go into each request's `EventStream`, which buffers.
+`abort` only flags the sequence and wakes the loop; the loop ends it at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import AsyncIterator
+
+from app.engine.base import (
+    ChatMessages,
+    DuplicateRequestError,
+    EngineError,
+    EngineEvent,
+    EngineStats,
+    EngineUnavailableError,
+    Finished,
+    FinishReason,
+    PromptTooLongError,
+    SamplingParams,
+    TextDelta,
+)
+from app.engine.chat_template import ChatTemplate
+from app.engine.detokenizer import IncrementalDetokenizer
+from app.engine.llamacpp_native import ContextConfig, NativeModel
+from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
+from app.engine.model_files import resolve_model_path
+from app.engine.streams import EventStream
+from app.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+Delivery = list[tuple[EventStream, EngineEvent]]
+
+
+def _deliver(events: Delivery) -> None:
+    """Runs on the event loop: push one step's events into their streams."""
+    for stream, event in events:
+        stream.push(event)
+
+
+class LlamaCppEngine:
+    """`Engine` over llama.cpp's C API; see the module docstring for the loop."""
+
+    def __init__(self, settings: EngineSettings, *, flash_attn: bool = True) -> None:
+        self.settings = settings
+        self._flash_attn = flash_attn
+        self._model_path = resolve_model_path(settings.model_path)
+        self._model_name = self._model_path.name.removesuffix(".gguf")
+        self._context_size = settings.context_size
+        self._native: NativeModel | None = None
+        self._template: ChatTemplate | None = None
+        self._sched = Scheduler(
+            max_seqs=settings.max_seqs,
+            kv_cells=settings.kv_cells,
+            step_token_budget=settings.step_token_budget,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._accepting = False
+        self._stopping = False
+        self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._aborts: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._open: dict[str, Sequence] = {}  # request id -> sequence, until it finishes
+        self._outbox: Delivery = []
+        # plain counters, written by the loop thread only, read by stats() without a lock
+        self._n_running = 0
+        self._n_waiting = 0
+        self._kv_used = 0
+        self._steps = 0
+        self._tokens_generated = 0
+        self._step_errors = 0
+        self._last_step_s = 0.0
+
+    # --- Engine protocol -------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def context_size(self) -> int:
+        return self._context_size
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        config = ContextConfig(
+            kv_cells=self.settings.kv_cells,
+            max_seqs=self.settings.max_seqs,
+            batch_tokens=self._sched.batch_capacity,
+            threads=self.settings.threads,
+            flash_attn=self._flash_attn,
+        )
+        native = await asyncio.to_thread(NativeModel, self._model_path, config)
+        try:
+            self._template = ChatTemplate(
+                native.meta("tokenizer.chat_template"),
+                bos_token=native.token_text(native.bos),
+                eos_token=native.token_text(native.eos),
+            )
+        except BaseException:
+            native.close()
+            raise
+        self._native = native
+        self._model_name = native.meta("general.name") or self._model_name
+        # one sequence can never hold more than the pool, nor more than the model was trained on
+        self._context_size = min(self.settings.context_size, native.n_ctx, native.n_ctx_train)
+        self._sched.kv_cells = native.n_ctx
+        self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
+        self._accepting = True
+        self._thread.start()
+        log.info(
+            "llama.cpp engine: %s, %d KV cells, %d seqs, %d-token steps, %d threads",
+            self._model_path,
+            native.n_ctx,
+            self.settings.max_seqs,
+            self.settings.step_token_budget,
+            self.settings.threads,
+        )
+
+    async def shutdown(self) -> None:
+        self._accepting = False
+        thread = self._thread
+        if thread is None or self._stopping:
+            if thread is not None:
+                await asyncio.to_thread(thread.join)
+            return
+        self._stopping = True
+        self._wake.set()
+        await asyncio.to_thread(thread.join)
+        await asyncio.sleep(0)  # the loop thread's last call_soon_threadsafe runs before we return
+
+    def generate(
+        self, request_id: str, messages: ChatMessages, params: SamplingParams
+    ) -> AsyncIterator[EngineEvent]:
+        if not self._accepting or self._native is None or self._template is None:
+            raise EngineUnavailableError("the llama.cpp engine is not running")
+        if request_id in self._open:
+            raise DuplicateRequestError(f"request {request_id!r} is already running")
+        prompt = self._native.tokenize(self._template.render(messages))
+        if len(prompt) >= self._context_size:
+            raise PromptTooLongError(len(prompt), self._context_size)
+        if not prompt:
+            raise EngineError("the rendered prompt is empty")
+        stream = EventStream(request_id, self.abort)
+        seq = Sequence(
+            request_id=request_id,
+            params=params,
+            prompt=prompt,
+            max_tokens=min(params.max_tokens, self._context_size - len(prompt)),
+            queued_at=time.time(),
+            stream=stream,
+            detok=IncrementalDetokenizer(stop=params.stop),
+        )
+        self._open[request_id] = seq
+        self._inbox.put(seq)
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        seq = self._open.get(request_id)
+        if seq is None or seq.cancel_requested:
+            return
+        seq.cancel_requested = True
+        self._aborts.put(seq)
+        self._wake.set()
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            running=self._n_running,
+            waiting=self._n_waiting + self._inbox.qsize(),
+            kv_used=self._kv_used,
+            kv_total=self._sched.kv_cells,
+            steps=self._steps,
+            tokens_generated=self._tokens_generated,
+            extra={"step_errors": self._step_errors, "last_step_s": self._last_step_s},
+        )
+
+    # --- the loop thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        native = self._native
+        assert native is not None
+        try:
+            while not self._stopping:
+                self._take_new_and_aborts()
+                self._publish()  # cancellations reach their streams before the next decode
+                if not self._sched.running and not self._sched.waiting:
+                    self._wake.wait()
+                    self._wake.clear()
+                    continue
+                self._step(native)
+        except BaseException as exc:  # a bug in the loop itself: fail loudly, never hang a stream
+            log.exception("llama.cpp engine loop died")
+            self._accepting = False
+            self._take_new_and_aborts()
+            self._end_all(FinishReason.ERROR, f"engine loop failed: {exc!r}")
+        finally:
+            self._accepting = False
+            self._take_new_and_aborts()
+            self._end_all(FinishReason.CANCELLED, None)
+            self._publish()
+            self._native = None
+            native.close()
+
+    def _take_new_and_aborts(self) -> None:
+        sched = self._sched
+        while True:
+            try:
+                sched.waiting.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        while True:
+            try:
+                seq = self._aborts.get_nowait()
+            except queue.Empty:
+                break
+            if seq.state is not SeqState.DONE:
+                self._finish(seq, FinishReason.CANCELLED)
+        self._update_counters()
+
+    def _update_counters(self) -> None:
+        sched = self._sched
+        self._n_running = len(sched.running)
+        self._n_waiting = len(sched.waiting)
+        self._kv_used = sched.kv_used
+
+    def _step(self, native: NativeModel) -> None:
+        t0 = time.perf_counter()
+        sched = self._sched
+        try:
+            for seq in sched.admit():
+                seed = seq.params.seed if seq.params.seed is not None else random.getrandbits(32)
+                seq.sampler = native.new_sampler(seq.params, seed)
+            chunks = sched.plan()
+            batch = native.batch
+            assert batch is not None
+            batch.clear()
+            for chunk in chunks:
+                seq = chunk.seq
+                last = batch.add_run(chunk.tokens, chunk.start, seq.slot, chunk.wants_logits)
+                seq.batch_index = last if chunk.wants_logits else -1
+            if chunks:
+                native.decode()
+            now = time.time()
+            for chunk in chunks:
+                seq = chunk.seq
+                seq.n_cached += len(chunk.tokens)
+                if seq.batch_index >= 0:
+                    self._accept(seq, native.sample(seq.sampler, seq.batch_index), now)
+        except Exception as exc:
+            log.exception("llama.cpp engine step failed")
+            self._step_errors += 1
+            self._end_all(FinishReason.ERROR, f"engine step failed: {exc}")
+            native.forget_all()
+        self._steps += 1
+        self._update_counters()
+        self._last_step_s = time.perf_counter() - t0
+        self._publish()
+
+    def _accept(self, seq: Sequence, token: int, now: float) -> None:
+        """One sampled token: count it, turn it into text, and decide whether the reply is over."""
+        native = self._native
+        assert native is not None
+        seq.completion_tokens += 1
+        self._tokens_generated += 1
+        if seq.first_token_at is None:
+            seq.first_token_at = now
+        if native.is_eog(token):
+            self._finish(seq, FinishReason.STOP)
+            return
+        seq.unsent_ids.append(token)
+        text, stopped = seq.detok.push(native.piece(token))
+        if text:
+            self._outbox.append((seq.stream, TextDelta(text, tuple(seq.unsent_ids))))
+            seq.unsent_ids.clear()
+        if stopped:
+            self._finish(seq, FinishReason.STOP, flush=False)
+        elif seq.completion_tokens >= seq.max_tokens:
+            self._finish(seq, FinishReason.LENGTH)
+        else:
+            seq.next_token = token
+
+    def _finish(
+        self, seq: Sequence, reason: FinishReason, error: str | None = None, *, flush: bool = True
+    ) -> None:
+        """End a sequence: free its slot, cells and sampler now, and queue its last events."""
+        slot = seq.slot if seq.state is SeqState.RUNNING else -1
+        self._sched.release(seq)
+        native = self._native
+        if native is not None:
+            if slot >= 0:
+                native.forget(slot)
+            if seq.sampler is not None:
+                native.free_sampler(seq.sampler)
+                seq.sampler = None
+        if self._open.get(seq.request_id) is seq:
+            del self._open[seq.request_id]
+        tail = seq.detok.flush() if flush else ""
+        if tail:
+            self._outbox.append((seq.stream, TextDelta(tail, tuple(seq.unsent_ids))))
+        self._outbox.append(
+            (
+                seq.stream,
+                Finished(
+                    reason=reason,
+                    prompt_tokens=len(seq.prompt),
+                    completion_tokens=seq.completion_tokens,
+                    queued_at=seq.queued_at,
+                    first_token_at=seq.first_token_at,
+                    finished_at=time.time(),
+                    error=error,
+                ),
+            )
+        )
+
+    def _end_all(self, reason: FinishReason, error: str | None) -> None:
+        for seq in [*self._sched.running, *self._sched.waiting]:
+            self._finish(seq, reason, error)
+        self._update_counters()
+
+    def _publish(self) -> None:
+        """Hand this step's events to asyncio in one call; never waits for anyone."""
+        if not self._outbox:
+            return
+        events, self._outbox = self._outbox, []
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(_deliver, events)
+        except RuntimeError:  # the event loop closed under us: nobody is listening any more
+            pass

@@ -1,0 +1,302 @@
+"""The llama.cpp C API, as the engine loop uses it: one model, one context, one reusable batch.
+
+Everything that touches a raw pointer lives here, so the scheduler and the engine deal in Python
+ints and lists. The objects are not thread-safe: the engine's loop thread is their only user once
+the engine runs (tokenising and reading the vocabulary, which only read the immutable model, are the
+exception and may run on the event loop thread). ctypes releases the GIL for the duration of every
+C call, which is what lets `llama_decode` run while the event loop serves sockets.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as C
+
+from app.engine.base import SamplingParams
+
+log = logging.getLogger(__name__)
+_native_log = logging.getLogger("app.engine.llamacpp.native")
+
+# ggml log levels: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line
+_LEVELS = {
+    1: logging.DEBUG,
+    2: logging.DEBUG,
+    3: logging.WARNING,
+    4: logging.ERROR,
+}  # info is chatter
+_last_level = logging.DEBUG
+
+
+@C.llama_log_callback
+def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    """Route llama.cpp's chatter (hundreds of lines per model load) into `logging`, quietly."""
+    global _last_level
+    py_level = _last_level if level == 5 else _LEVELS.get(level, logging.DEBUG)
+    _last_level = py_level
+    if _native_log.isEnabledFor(py_level):
+        _native_log.log(py_level, "%s", text.decode("utf-8", "replace").rstrip("\n"))
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        C.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        C.llama_backend_init()
+        _backend_ready = True
+
+
+MAX_UBATCH = 63
+"""The most tokens llama.cpp computes in one graph. With 64 or more query rows, ggml's CPU flash
+attention switches to a tiled kernel whose rounding depends on which other sequences share the
+tile, so a greedy reply would change with the load. Below that, flash attention walks each query's
+KV cells one by one and skips other sequences' cells exactly, so a sequence's logits are bit-for-bit
+the same alone or batched (see `tests/engine/test_llamacpp.py`). Larger steps are still accepted:
+llama.cpp splits them into several graphs. (Without flash attention, the masked softmax and the
+V product run over the whole shared window and do differ with the batch: hence flash_attn=True.)"""
+
+
+class DecodeError(RuntimeError):
+    """llama_decode refused or failed a batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContextConfig:
+    kv_cells: int  # n_ctx: KV cells shared by all sequences (kv_unified)
+    max_seqs: int  # n_seq_max: distinct sequence ids
+    batch_tokens: int  # n_batch = n_ubatch: the most tokens one step may submit
+    threads: int
+    flash_attn: bool
+
+
+class StepBatch:
+    """One `llama_batch`, allocated once and refilled every step.
+
+    Typed views over the C arrays let a whole step's tokens, positions and output flags be written
+    with a few slice assignments instead of one ctypes call per field per token.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = C.llama_batch_init(capacity, 0, 1)
+        raw = self.raw
+        self._tokens = (ctypes.c_int32 * capacity).from_address(
+            ctypes.addressof(raw.token.contents)
+        )
+        self._pos = (ctypes.c_int32 * capacity).from_address(ctypes.addressof(raw.pos.contents))
+        self._outputs = (ctypes.c_int8 * capacity).from_address(
+            ctypes.addressof(raw.logits.contents)
+        )
+        n_seq = (ctypes.c_int32 * capacity).from_address(ctypes.addressof(raw.n_seq_id.contents))
+        n_seq[:] = [1] * capacity
+        self._seq_slots = [raw.seq_id[i] for i in range(capacity)]
+        self.tokens: list[int] = []
+        self.positions: list[int] = []
+        self.seq_ids: list[int] = []
+        self.outputs: list[int] = []
+
+    def clear(self) -> None:
+        self.tokens.clear()
+        self.positions.clear()
+        self.seq_ids.clear()
+        self.outputs.clear()
+
+    def add_run(self, tokens: list[int], start_pos: int, seq_id: int, last_output: bool) -> int:
+        """Append consecutive tokens of one sequence; returns the batch index of the last one."""
+        n = len(tokens)
+        self.tokens.extend(tokens)
+        self.positions.extend(range(start_pos, start_pos + n))
+        self.seq_ids.extend([seq_id] * n)
+        self.outputs.extend([0] * (n - 1))
+        self.outputs.append(1 if last_output else 0)
+        return len(self.tokens) - 1
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def commit(self) -> None:
+        """Copy the Python lists into the C batch."""
+        n = len(self.tokens)
+        if n > self.capacity:
+            raise DecodeError(f"step holds {n} tokens, batch capacity is {self.capacity}")
+        self._tokens[:n] = self.tokens
+        self._pos[:n] = self.positions
+        self._outputs[:n] = self.outputs
+        slots = self._seq_slots
+        for i, seq_id in enumerate(self.seq_ids):
+            slots[i][0] = seq_id
+        self.raw.n_tokens = n
+
+    def free(self) -> None:
+        if self.raw is not None:
+            C.llama_batch_free(self.raw)
+            self.raw = None
+
+
+class NativeModel:
+    """A loaded GGUF with one context whose KV cache all sequences share."""
+
+    def __init__(self, path: Path, config: ContextConfig) -> None:
+        _init_backend()
+        self.path = path
+        self.config = config
+        self.model = None
+        self.ctx = None
+        self.batch: StepBatch | None = None
+        mparams = C.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self.model = C.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp could not load {path} (is it a GGUF model file?)")
+        try:
+            self.vocab = C.llama_model_get_vocab(self.model)
+            self.n_vocab = C.llama_vocab_n_tokens(self.vocab)
+            self.n_ctx_train = C.llama_model_n_ctx_train(self.model)
+            self.ctx = C.llama_init_from_model(self.model, self._context_params(config))
+            if not self.ctx:
+                raise RuntimeError("llama.cpp could not create a context (out of memory?)")
+            self.memory = C.llama_get_memory(self.ctx)
+            self.n_ctx = C.llama_n_ctx(self.ctx)
+            self.batch = StepBatch(config.batch_tokens)
+        except BaseException:
+            self.close()
+            raise
+        self.bos = C.llama_vocab_bos(self.vocab)
+        self.eos = C.llama_vocab_eos(self.vocab)
+        self.add_bos = bool(C.llama_vocab_get_add_bos(self.vocab))
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    @staticmethod
+    def _context_params(config: ContextConfig) -> C.llama_context_params:
+        params = C.llama_context_default_params()
+        params.n_ctx = config.kv_cells
+        params.n_batch = config.batch_tokens
+        params.n_ubatch = min(config.batch_tokens, MAX_UBATCH)
+        params.n_seq_max = config.max_seqs
+        params.kv_unified = True  # one pool of cells, any sequence may use any of them
+        params.n_threads = config.threads
+        params.n_threads_batch = config.threads
+        params.flash_attn_type = (
+            C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if config.flash_attn
+            else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        params.no_perf = True
+        return params
+
+    # --- metadata and vocabulary (read-only: safe from any thread) -------------------------------
+
+    def meta(self, key: str) -> str | None:
+        size = 1024
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = C.llama_model_meta_val_str(self.model, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", "replace")
+            size = n + 1
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry of a (special) token, e.g. '<|im_end|>'; '' for none."""
+        if token < 0:
+            return ""
+        raw = C.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def tokenize(self, text: str) -> list[int]:
+        """Prompt text to tokens: special tokens in the text are parsed, BOS added if the model wants
+        one and the text does not already start with it (templates often write it themselves)."""
+        data = text.encode("utf-8")
+        cap = len(data) + 2
+        buf = (C.llama_token * cap)()
+        n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, True)
+        if n < 0:  # cannot happen with cap > bytes, but the API allows it
+            cap = -n
+            buf = (C.llama_token * cap)()
+            n = C.llama_tokenize(self.vocab, data, len(data), buf, cap, False, True)
+        tokens = buf[:n]
+        if self.add_bos and self.bos >= 0 and (not tokens or tokens[0] != self.bos):
+            tokens.insert(0, self.bos)
+        return tokens
+
+    def piece(self, token: int) -> bytes:
+        """The raw bytes a sampled token stands for (control tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = self._piece_buf
+            n = C.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = C.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            cached = buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def is_eog(self, token: int) -> bool:
+        cached = self._eog.get(token)
+        if cached is None:
+            cached = self._eog[token] = bool(C.llama_vocab_is_eog(self.vocab, token))
+        return cached
+
+    # --- the loop thread's calls ----------------------------------------------------------------
+
+    def decode(self) -> None:
+        """Run the step batch through the model (releases the GIL while it computes)."""
+        assert self.batch is not None
+        self.batch.commit()
+        rc = C.llama_decode(self.ctx, self.batch.raw)
+        if rc != 0:
+            reason = {1: "no free KV cells for the batch", 2: "aborted", -1: "invalid batch"}
+            raise DecodeError(f"llama_decode returned {rc}: {reason.get(rc, 'fatal error')}")
+
+    def new_sampler(self, params: SamplingParams, seed: int) -> ctypes._Pointer:
+        """A sampler chain of its own for one sequence: greedy, or top-k/top-p/temperature + seed."""
+        chain_params = C.llama_sampler_chain_default_params()
+        chain_params.no_perf = True
+        chain = C.llama_sampler_chain_init(chain_params)
+        if params.greedy:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+            return chain
+        if params.top_k > 0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(params.top_k))
+        if params.top_p < 1.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(params.top_p, 1))
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(params.temperature))
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def sample(self, sampler: ctypes._Pointer, batch_index: int) -> int:
+        """Sample (and accept) the next token from the logits of one batch position."""
+        return C.llama_sampler_sample(sampler, self.ctx, batch_index)
+
+    @staticmethod
+    def free_sampler(sampler: ctypes._Pointer) -> None:
+        C.llama_sampler_free(sampler)
+
+    def forget(self, seq_id: int) -> None:
+        """Drop every KV cell of one sequence, so the cells serve others from the next step."""
+        C.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def forget_all(self) -> None:
+        C.llama_memory_clear(self.memory, True)
+
+    def close(self) -> None:
+        """Free batch, context and model (idempotent)."""
+        if self.batch is not None:
+            self.batch.free()
+            self.batch = None
+        if self.ctx:
+            C.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            C.llama_model_free(self.model)
+            self.model = None

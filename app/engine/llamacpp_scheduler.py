@@ -1,0 +1,142 @@
+"""Who runs this step, and with how many tokens: admission and chunked prefill, without llama.cpp.
+
+Kept free of native calls so the policy reads (and can be checked) on its own:
+
+- Admission is FIFO and all-or-nothing per request: the head of the queue enters when a sequence
+  slot is free and the KV pool can hold its whole worst case (prompt + capped reply), so a running
+  sequence never runs out of cells mid-reply and no preemption is needed. A request that does not
+  fit yet blocks those behind it, which keeps the order fair.
+- Each step plans one decode token for every sequence past its prompt, then spends what remains of
+  the step's token budget on prompt chunks, oldest admission first. A long prompt therefore enters
+  in slices over several steps while everyone else keeps getting a token per step. Prefill always
+  gets at least a quarter of the budget, so a full house of decoders cannot starve a newcomer.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from app.engine.base import SamplingParams
+
+
+class SeqState(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    """One request's life inside the engine."""
+
+    request_id: str
+    params: SamplingParams
+    prompt: list[int]
+    max_tokens: int  # already capped so prompt + reply fits the per-sequence context
+    queued_at: float
+    stream: Any = None  # the EventStream (engine-owned; opaque here)
+    detok: Any = None  # the IncrementalDetokenizer
+    state: SeqState = SeqState.WAITING
+    slot: int = -1  # llama.cpp seq_id while running
+    sampler: Any = None  # native sampler chain while running
+    n_cached: int = 0  # tokens of this sequence in the KV cache
+    next_token: int = -1  # sampled, to be decoded next step
+    completion_tokens: int = 0
+    first_token_at: float | None = None
+    unsent_ids: list[int] = field(default_factory=list)  # sampled tokens not yet in a TextDelta
+    cancel_requested: bool = False
+    batch_index: int = -1  # where this step's logits for it are, -1 for none
+
+    @property
+    def kv_reserve(self) -> int:
+        """Worst-case cells: the last sampled token is never decoded, hence the -1."""
+        return len(self.prompt) + self.max_tokens - 1
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_cached < len(self.prompt)
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Part of one step's batch: `tokens` of `seq` at positions from `start`."""
+
+    seq: Sequence
+    tokens: list[int]
+    start: int
+    wants_logits: bool  # the last token's logits are needed (a decode, or a prompt's final chunk)
+
+
+class Scheduler:
+    """Slots, the KV reservation ledger, the FIFO queue and the per-step plan."""
+
+    def __init__(self, *, max_seqs: int, kv_cells: int, step_token_budget: int) -> None:
+        self.max_seqs = max_seqs
+        self.kv_cells = kv_cells
+        self.step_token_budget = step_token_budget
+        self.min_prefill = max(1, step_token_budget // 4)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # in admission order
+        self._free_slots = list(range(max_seqs - 1, -1, -1))  # pop() hands out 0 first
+        self.kv_reserved = 0
+
+    @property
+    def batch_capacity(self) -> int:
+        """The most tokens a step can hold: every decoder plus the prefill allowance."""
+        return max(self.step_token_budget, self.max_seqs + self.min_prefill)
+
+    def fits_ever(self, seq: Sequence) -> bool:
+        return seq.kv_reserve <= self.kv_cells
+
+    def admit(self) -> Iterator[Sequence]:
+        """Move sequences from the head of the queue to running while a slot and cells are free."""
+        while self.waiting and self._free_slots:
+            head = self.waiting[0]
+            if self.kv_reserved + head.kv_reserve > self.kv_cells:
+                return
+            self.waiting.popleft()
+            head.slot = self._free_slots.pop()
+            head.state = SeqState.RUNNING
+            self.kv_reserved += head.kv_reserve
+            self.running.append(head)
+            yield head
+
+    def release(self, seq: Sequence) -> None:
+        """Give back a running sequence's slot and reservation (the caller frees the cells)."""
+        if seq.state is SeqState.RUNNING:
+            self._free_slots.append(seq.slot)
+            self.kv_reserved -= seq.kv_reserve
+            self.running.remove(seq)
+        elif seq.state is SeqState.WAITING:
+            self.waiting.remove(seq)
+        seq.state = SeqState.DONE
+        seq.slot = -1
+
+    def plan(self) -> list[Chunk]:
+        """This step's batch: decodes first, then prompt chunks within the remaining budget."""
+        chunks: list[Chunk] = []
+        prefilling: list[Sequence] = []
+        for seq in self.running:
+            if seq.prefilling:
+                prefilling.append(seq)
+            else:
+                chunks.append(Chunk(seq, [seq.next_token], seq.n_cached, True))
+        budget = max(self.step_token_budget - len(chunks), self.min_prefill)
+        for seq in prefilling:
+            if budget <= 0:
+                break
+            take = min(len(seq.prompt) - seq.n_cached, budget)
+            end = seq.n_cached + take
+            chunks.append(
+                Chunk(seq, seq.prompt[seq.n_cached : end], seq.n_cached, end == len(seq.prompt))
+            )
+            budget -= take
+        return chunks
+
+    @property
+    def kv_used(self) -> int:
+        return sum(seq.n_cached for seq in self.running)
