@@ -81,7 +81,10 @@ class LlamaCppEngine:
         self._thread: threading.Thread | None = None
         self._accepting = False
         self._stopping = False
-        self._inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[list[Sequence]] = queue.SimpleQueue()
+        self._pending: list[Sequence] = []  # generated this event-loop tick, not yet handed over
+        self._n_handed = 0  # sequences put in the inbox (event loop thread writes)
+        self._n_taken = 0  # ... and taken out of it (loop thread writes)
         self._aborts: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._open: dict[str, Sequence] = {}  # request id -> sequence, until it finishes
@@ -150,6 +153,7 @@ class LlamaCppEngine:
             if thread is not None:
                 await asyncio.to_thread(thread.join)
             return
+        self._hand_over()  # whatever this tick generated ends with the rest
         self._stopping = True
         self._wake.set()
         await asyncio.to_thread(thread.join)
@@ -178,9 +182,22 @@ class LlamaCppEngine:
             detok=IncrementalDetokenizer(stop=params.stop),
         )
         self._open[request_id] = seq
-        self._inbox.put(seq)
-        self._wake.set()
+        if not self._pending:
+            self._loop.call_soon(self._hand_over)  # type: ignore[union-attr]
+        self._pending.append(seq)
         return stream
+
+    def _hand_over(self) -> None:
+        """Pass this tick's new requests to the loop thread in one go.
+
+        Requests generated in the same event-loop tick (say, an `asyncio.gather`) thus reach the
+        same step boundary: they are admitted and prefilled together rather than one per wake-up.
+        """
+        if self._pending:
+            batch, self._pending = self._pending, []
+            self._n_handed += len(batch)
+            self._inbox.put(batch)
+            self._wake.set()
 
     def abort(self, request_id: str) -> None:
         seq = self._open.get(request_id)
@@ -193,7 +210,7 @@ class LlamaCppEngine:
     def stats(self) -> EngineStats:
         return EngineStats(
             running=self._n_running,
-            waiting=self._n_waiting + self._inbox.qsize(),
+            waiting=self._n_waiting + len(self._pending) + max(self._n_handed - self._n_taken, 0),
             kv_used=self._kv_used,
             kv_total=self._sched.kv_cells,
             steps=self._steps,
@@ -232,9 +249,11 @@ class LlamaCppEngine:
         sched = self._sched
         while True:
             try:
-                sched.waiting.append(self._inbox.get_nowait())
+                batch = self._inbox.get_nowait()
             except queue.Empty:
                 break
+            self._n_taken += len(batch)
+            sched.waiting.extend(seq for seq in batch if seq.state is SeqState.WAITING)
         while True:
             try:
                 seq = self._aborts.get_nowait()

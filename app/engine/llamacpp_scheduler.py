@@ -111,8 +111,8 @@ class Scheduler:
             self._free_slots.append(seq.slot)
             self.kv_reserved -= seq.kv_reserve
             self.running.remove(seq)
-        elif seq.state is SeqState.WAITING:
-            self.waiting.remove(seq)
+        elif seq.state is SeqState.WAITING and seq in self.waiting:
+            self.waiting.remove(seq)  # (an abort may overtake the request's own hand-over)
         seq.state = SeqState.DONE
         seq.slot = -1
 

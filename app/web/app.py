@@ -28,6 +28,7 @@ from litestar.template.config import TemplateConfig
 from app.domain.accounts.controllers import ApiKeyController, AuthController
 from app.domain.accounts.ratelimit import LoginRateLimiter
 from app.domain.admin.controllers import AdminApiController
+from app.domain.admin.pages import AdminPages
 from app.domain.chat.controllers import ConversationController, MessageController
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             ConversationController,
             MessageController,
             AdminApiController,
+            AdminPages,
             chat_socket,
             openai_router,
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),

@@ -9,26 +9,9 @@ from uuid import UUID
 from litestar import Controller, Request, get, post
 from litestar.exceptions import NotFoundException
 
+from app.domain.admin.views import kill_reply, live_generations, message_row
 from app.domain.chat import service as chat_service
-from app.streaming.events import CancelCause
 from app.web.auth import admin_guard, services_of
-
-
-def live_json(services: Any) -> list[dict[str, Any]]:
-    return [
-        {
-            "message_id": g.message_id,
-            "conversation_id": g.conversation_id,
-            "user_id": g.user_id,
-            "source": g.source,
-            "status": g.status.value,
-            "tokens": g.tokens,
-            "length": g.length,
-            "subscribers": len(g.subscribers),
-            "started_at": g.created_at,
-        }
-        for g in services.manager.live()
-    ]
 
 
 class AdminApiController(Controller):
@@ -43,15 +26,21 @@ class AdminApiController(Controller):
 
     @get("/live")
     async def live(self, request: Request) -> list[dict[str, Any]]:
-        return live_json(services_of(request))
+        return live_generations(services_of(request))
 
     @post("/live/{message_id:uuid}/kill", status_code=200)
     async def kill(self, request: Request, message_id: UUID) -> dict[str, Any]:
         """The kill switch: abort a reply on whichever replica runs it."""
-        services = services_of(request)
-        message = await chat_service.get_message_unscoped(services.sessions, message_id)
-        if message is None or str(message.role) != "assistant":
+        status = await kill_reply(services_of(request), message_id)
+        if status is None:
             raise NotFoundException("no such reply")
-        reply = services.manager.get(str(message_id)) or message
-        status = await services.replies.stop(reply, CancelCause.ADMIN)
         return {"message_id": str(message_id), "status": status}
+
+    @get("/messages/{message_id:uuid}")
+    async def message(self, request: Request, message_id: UUID) -> dict[str, Any]:
+        """Any reply with its timings and stream-health verdict."""
+        message = await chat_service.get_message_unscoped(services_of(request).sessions, message_id)
+        if message is None:
+            raise NotFoundException("no such message")
+        row = message_row(message)
+        return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}

@@ -211,3 +211,28 @@ async def message_status_counts(
             StatusCount(bucket_start=_as_utc(start), status=MessageStatus(status), count=count)
             for start, status, count in rows
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyTimings:
+    ttft_ms: list[float]
+    gap_p50_ms: list[float]
+    gap_p99_ms: list[float]
+
+
+async def recent_reply_timings(sessions: Sessions, *, limit: int = 2000) -> ReplyTimings:
+    """TTFT and inter-token gaps of the latest finished replies, for the admin's distributions."""
+    async with transaction(sessions) as session:
+        rows = (
+            await session.execute(
+                select(Message.ttft_ms, Message.gap_p50_ms, Message.gap_p99_ms)
+                .where(Message.role == MessageRole.ASSISTANT, Message.ttft_ms.is_not(None))
+                .order_by(Message.created_at.desc())
+                .limit(limit)
+            )
+        ).all()
+    return ReplyTimings(
+        ttft_ms=[r[0] for r in rows],
+        gap_p50_ms=[r[1] for r in rows if r[1] is not None],
+        gap_p99_ms=[r[2] for r in rows if r[2] is not None],
+    )

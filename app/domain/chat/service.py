@@ -361,6 +361,14 @@ async def get_message(sessions: Sessions, user_id: UUID, message_id: UUID) -> Me
         )
 
 
+async def get_conversation_unscoped(
+    sessions: Sessions, conversation_id: UUID
+) -> Conversation | None:
+    """A conversation by id for internal use (the caller already checked who may see it)."""
+    async with transaction(sessions) as session:
+        return await session.get(Conversation, conversation_id)
+
+
 async def get_message_unscoped(sessions: Sessions, message_id: UUID) -> Message | None:
     """A message by id for internal use (the caller already checked who may see it)."""
     async with transaction(sessions) as session:

@@ -1,0 +1,142 @@
+"""Server-rendered SVG charts for the admin console: no chart library, no script.
+
+Every piece of text that goes into the SVG is escaped, and the numbers are formatted by us, so the
+result can be inlined in a page as markup without letting any data inject HTML.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from html import escape
+
+WIDTH, HEIGHT = 640, 240
+MARGIN_LEFT, MARGIN_BOTTOM, MARGIN_TOP, MARGIN_RIGHT = 48, 40, 16, 16
+
+STATUS_COLOURS = {
+    "completed": "#2e7d32",
+    "length": "#f9a825",
+    "cancelled": "#1565c0",
+    "disconnected": "#6d4c41",
+    "failed": "#c62828",
+    "interrupted": "#8e24aa",
+    "streaming": "#9e9e9e",
+}
+
+
+def _svg(body: str, title: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'role="img" aria-label="{escape(title)}" class="chart">'
+        f"<title>{escape(title)}</title>{body}</svg>"
+    )
+
+
+def _empty(title: str) -> str:
+    return _svg(
+        f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="chart-empty">'
+        "no data yet</text>",
+        title,
+    )
+
+
+def log_buckets(low_ms: float = 1.0, high_ms: float = 10_000.0, per_decade: int = 4) -> list[float]:
+    """Bucket edges spaced evenly on a log scale: latencies span orders of magnitude."""
+    decades = math.log10(high_ms / low_ms)
+    count = int(decades * per_decade)
+    return [low_ms * 10 ** (i / per_decade) for i in range(count + 1)]
+
+
+def _label_ms(value: float) -> str:
+    return f"{value / 1000:g}s" if value >= 1000 else f"{value:g}ms"
+
+
+def histogram_svg(values_ms: Sequence[float], title: str) -> str:
+    """A histogram over log-spaced buckets, with the median and p99 marked."""
+    values = sorted(v for v in values_ms if v is not None and v >= 0)
+    if not values:
+        return _empty(title)
+    edges = log_buckets()
+    counts = [0] * (len(edges) - 1)
+    for v in values:
+        i = max(0, min(len(counts) - 1, int(math.log10(max(v, edges[0]) / edges[0]) * 4)))
+        counts[i] += 1
+    peak = max(counts)
+    plot_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+    bar_w = plot_w / len(counts)
+    parts = []
+    for i, count in enumerate(counts):
+        if not count:
+            continue
+        h = plot_h * count / peak
+        x = MARGIN_LEFT + i * bar_w
+        y = MARGIN_TOP + plot_h - h
+        label = f"{_label_ms(edges[i])}–{_label_ms(edges[i + 1])}: {count}"
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 1:.1f}" height="{h:.1f}" '
+            f'fill="#1565c0"><title>{escape(label)}</title></rect>'
+        )
+    for i in range(0, len(edges), 4):  # one tick per decade
+        x = MARGIN_LEFT + i * bar_w
+        parts.append(
+            f'<text x="{x:.1f}" y="{HEIGHT - 22}" text-anchor="middle" class="tick">'
+            f"{escape(_label_ms(edges[i]))}</text>"
+        )
+    p50 = values[len(values) // 2]
+    p99 = values[min(len(values) - 1, int(0.99 * len(values)))]
+    parts.append(
+        f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 4}" class="legend">'
+        f"n={len(values)}  p50={escape(_label_ms(round(p50, 1)))}  "
+        f"p99={escape(_label_ms(round(p99, 1)))}</text>"
+    )
+    parts.append(
+        f'<line x1="{MARGIN_LEFT}" y1="{MARGIN_TOP + plot_h}" x2="{WIDTH - MARGIN_RIGHT}" '
+        f'y2="{MARGIN_TOP + plot_h}" stroke="#555"/>'
+    )
+    return _svg("".join(parts), title)
+
+
+def states_over_time_svg(counts: Sequence[tuple[datetime, str, int]], title: str) -> str:
+    """Stacked bars: replies per time bucket, coloured by end state."""
+    if not counts:
+        return _empty(title)
+    buckets = sorted({start for start, _, _ in counts})
+    by_bucket: dict[datetime, dict[str, int]] = {b: {} for b in buckets}
+    for start, status, n in counts:
+        by_bucket[start][status] = by_bucket[start].get(status, 0) + n
+    peak = max(sum(v.values()) for v in by_bucket.values())
+    plot_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+    bar_w = plot_w / len(buckets)
+    parts = []
+    for i, bucket in enumerate(buckets):
+        x = MARGIN_LEFT + i * bar_w
+        y = MARGIN_TOP + plot_h
+        for status in STATUS_COLOURS:
+            n = by_bucket[bucket].get(status, 0)
+            if not n:
+                continue
+            h = plot_h * n / peak
+            y -= h
+            label = f"{bucket:%Y-%m-%d %H:%M} {status}: {n}"
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(1.0, bar_w - 2):.1f}" '
+                f'height="{h:.1f}" fill="{STATUS_COLOURS[status]}"><title>{escape(label)}</title></rect>'
+            )
+    first, last = buckets[0], buckets[-1]
+    parts.append(
+        f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 22}" class="tick">{escape(f"{first:%m-%d %H:%M}")}</text>'
+        f'<text x="{WIDTH - MARGIN_RIGHT}" y="{HEIGHT - 22}" text-anchor="end" class="tick">'
+        f"{escape(f'{last:%m-%d %H:%M}')}</text>"
+    )
+    legend_x = MARGIN_LEFT
+    for status, colour in STATUS_COLOURS.items():
+        parts.append(
+            f'<rect x="{legend_x}" y="{HEIGHT - 12}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{legend_x + 13}" y="{HEIGHT - 3}" class="legend">{escape(status)}</text>'
+        )
+        legend_x += 84
+    parts.append(f'<text x="4" y="{MARGIN_TOP + 8}" class="tick">{peak}</text>')
+    return _svg("".join(parts), title)

@@ -1,0 +1,161 @@
+"""The admin console's pages: conversations of every user, one conversation, live replies, charts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from litestar import Controller, Request, get, post
+from litestar.exceptions import ClientException, NotFoundException
+from litestar.response import Redirect, Template
+
+from app.domain.accounts import service as accounts
+from app.domain.admin.charts import histogram_svg, states_over_time_svg
+from app.domain.admin.views import kill_reply, live_generations, message_row
+from app.domain.chat import admin as queries
+from app.domain.chat import service as chat_service
+from app.domain.chat.models import MessageStatus
+from app.web.auth import admin_guard, services_of
+from app.web.pages import page_context
+
+PAGE_SIZE = 25
+
+
+def _parse_date(value: str | None, name: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise ClientException(f"{name} must be a date (YYYY-MM-DD)") from exc
+
+
+class AdminPages(Controller):
+    path = "/admin"
+    guards = [admin_guard]
+    include_in_schema = False
+
+    @get("/")
+    async def index(
+        self,
+        request: Request,
+        user: str | None = None,
+        status: str | None = None,
+        date_from: str | None = None,
+        date_to: str | None = None,
+        q: str | None = None,
+        page: int = 1,
+    ) -> Template:
+        sessions = services_of(request).sessions
+        if status and status not in {s.value for s in MessageStatus}:
+            raise ClientException(f"unknown status {status!r}")
+        try:
+            user_id = UUID(user) if user else None
+        except ValueError as exc:
+            raise ClientException("user must be a user id") from exc
+        before = _parse_date(date_to, "date_to")
+        filters = queries.ConversationFilter(
+            user_id=user_id,
+            status=MessageStatus(status) if status else None,
+            updated_after=_parse_date(date_from, "date_from"),
+            updated_before=before + timedelta(days=1) if before else None,  # inclusive end date
+            search=q.strip() if q and q.strip() else None,
+        )
+        page = max(1, page)
+        result = await queries.admin_list_conversations(
+            sessions, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+        )
+        rows = [
+            {
+                "id": str(row.conversation.id),
+                "title": row.conversation.title,
+                "source": str(row.conversation.source),
+                "user_email": row.user_email,
+                "updated_at": row.conversation.updated_at,
+                "message_count": row.message_count,
+                "last_status": str(row.last_status) if row.last_status else None,
+            }
+            for row in result.items
+        ]
+        users = [{"id": str(u.id), "email": u.email} for u in await accounts.list_users(sessions)]
+        return Template(
+            "admin/index.html",
+            context=page_context(
+                request,
+                conversations=rows,
+                filters={
+                    "user": user,
+                    "status": status,
+                    "date_from": date_from,
+                    "date_to": date_to,
+                    "q": q,
+                },
+                page=page,
+                pages=max(1, -(-result.total // PAGE_SIZE)),
+                total=result.total,
+                users=users,
+                statuses=[s.value for s in MessageStatus],
+            ),
+        )
+
+    @get("/conversations/{conversation_id:uuid}")
+    async def conversation(self, request: Request, conversation_id: UUID) -> Template:
+        sessions = services_of(request).sessions
+        conversation = await chat_service.get_conversation_unscoped(sessions, conversation_id)
+        if conversation is None:
+            raise NotFoundException("no such conversation")
+        messages = await queries.admin_list_messages(sessions, conversation_id)
+        owner = await accounts.get_user(sessions, conversation.user_id)
+        return Template(
+            "admin/conversation.html",
+            context=page_context(
+                request,
+                conversation={
+                    "id": str(conversation.id),
+                    "title": conversation.title,
+                    "source": str(conversation.source),
+                    "user_email": owner.email if owner else "(deleted)",
+                    "created_at": conversation.created_at,
+                    "updated_at": conversation.updated_at,
+                },
+                messages=[message_row(m) for m in messages],
+            ),
+        )
+
+    @get("/live")
+    async def live(self, request: Request) -> Template:
+        services = services_of(request)
+        emails = {str(u.id): u.email for u in await accounts.list_users(services.sessions)}
+        generations = live_generations(services, emails)
+        stats = services.engine.stats()
+        return Template(
+            "admin/live.html",
+            context=page_context(request, generations=generations, engine_stats=stats),
+        )
+
+    @post("/live/{message_id:uuid}/kill", status_code=303)
+    async def kill(self, request: Request, message_id: UUID) -> Redirect:
+        """The kill switch (a form post): abort a reply wherever it runs."""
+        await kill_reply(services_of(request), message_id)
+        return Redirect("/admin/live", status_code=303)
+
+    @get("/charts")
+    async def charts(self, request: Request) -> Template:
+        sessions = services_of(request).sessions
+        timings = await queries.recent_reply_timings(sessions)
+        counts = await queries.message_status_counts(
+            sessions, since=datetime.now(UTC) - timedelta(days=2), bucket="hour"
+        )
+        return Template(
+            "admin/charts.html",
+            context=page_context(
+                request,
+                ttft_svg=histogram_svg(timings.ttft_ms, "Time to first token (engine)"),
+                gap_svg=histogram_svg(timings.gap_p50_ms, "Inter-token gap, median per reply"),
+                gap_p99_svg=histogram_svg(timings.gap_p99_ms, "Inter-token gap, p99 per reply"),
+                states_svg=states_over_time_svg(
+                    [(c.bucket_start, str(c.status), c.count) for c in counts],
+                    "Replies by end state, per hour (last 48 h)",
+                ),
+            ),
+        )

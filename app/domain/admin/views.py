@@ -1,0 +1,85 @@
+"""What the admin's pages and JSON API share: a reply as the admin sees it, and the kill switch."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from app.domain.chat import service as chat_service
+from app.domain.chat.models import Message
+from app.streaming.events import CancelCause
+from app.web.services import Services
+
+
+def stream_health_warning(message: Message) -> str | None:
+    """A warning when the browser saw its first token much later than the engine produced it.
+
+    That gap is time spent between the engine and the user: a proxy buffering the stream, most
+    often. Small differences are network and rendering, so only a clear excess is flagged.
+    """
+    if message.client_ttft_ms is None or message.ttft_ms is None:
+        return None
+    excess = message.client_ttft_ms - message.ttft_ms
+    if excess > max(500.0, 3 * message.ttft_ms):
+        return (
+            f"the browser saw the first token {excess:.0f} ms after the engine produced it: "
+            "something between the server and the user (a proxy?) is buffering the stream"
+        )
+    return None
+
+
+def message_row(m: Message) -> dict[str, Any]:
+    return {
+        "id": str(m.id),
+        "role": str(m.role),
+        "content": m.content,
+        "status": str(m.status),
+        "finish_reason": m.finish_reason,
+        "error": m.error,
+        "model": m.model,
+        "prompt_tokens": m.prompt_tokens,
+        "completion_tokens": m.completion_tokens,
+        "created_at": m.created_at,
+        "queued_at": m.queued_at,
+        "first_token_at": m.first_token_at,
+        "finished_at": m.finished_at,
+        "ttft_ms": m.ttft_ms,
+        "gap_p50_ms": m.gap_p50_ms,
+        "gap_p99_ms": m.gap_p99_ms,
+        "cancel_token_index": m.cancel_token_index,
+        "tokens_after_cancel": m.tokens_after_cancel,
+        "client_ttft_ms": m.client_ttft_ms,
+        "replica_id": m.replica_id,
+        "stream_health_warning": stream_health_warning(m),
+    }
+
+
+async def kill_reply(services: Services, message_id: UUID) -> str | None:
+    """Abort a reply wherever it runs; its status afterwards, or None if there is no such reply."""
+    message = await chat_service.get_message_unscoped(services.sessions, message_id)
+    if message is None or str(message.role) != "assistant":
+        return None
+    reply = services.manager.get(str(message_id)) or message
+    return await services.replies.stop(reply, CancelCause.ADMIN)
+
+
+def live_generations(
+    services: Services, emails: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The replies generating in this process now, oldest first."""
+    return [
+        {
+            "message_id": g.message_id,
+            "conversation_id": g.conversation_id,
+            "user_id": g.user_id,
+            "user_email": (emails or {}).get(g.user_id, g.user_id),
+            "source": g.source,
+            "status": g.status.value,
+            "tokens": g.tokens,
+            "length": g.length,
+            "subscribers": len(g.subscribers),
+            "started_at": datetime.fromtimestamp(g.created_at, UTC).isoformat(),
+        }
+        for g in services.manager.live()
+    ]
