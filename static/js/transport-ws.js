@@ -54,7 +54,8 @@ function abortError(signal) {
 let refCounter = 0;
 
 export class WsTransport {
-  constructor({ url, client = api, stallMs = 60000, connectTimeoutMs = 10000, WebSocketImpl } = {}) {
+  constructor({ url, client = api, stallMs = 60000, connectTimeoutMs = 10000, WebSocketImpl, onUnauthorized } = {}) {
+    this.onUnauthorized = onUnauthorized;
     this.name = "ws";
     this.stopsByAbort = false;
     this.url = url || `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/ws`;
@@ -66,6 +67,7 @@ export class WsTransport {
     this.connecting = null;
     this.subs = new Map(); // message_id -> Channel
     this.pending = []; // sends awaiting their start event: {ref, channel}
+    this.resuming = []; // resumes awaiting their start event: {messageId, channel}
     this.watchdog = 0;
   }
 
@@ -111,6 +113,7 @@ export class WsTransport {
       };
       ws.onerror = () => fail(new ConnectionLost("The WebSocket failed."));
       ws.onclose = (e) => {
+        if (e.code === 4401 && this.onUnauthorized) this.onUnauthorized();
         fail(new ConnectionLost(`The WebSocket closed (${e.code}).`));
         if (this.ws === ws) this._closed(new ConnectionLost(`The WebSocket closed (${e.code}${e.reason ? `: ${e.reason}` : ""}).`));
       };
@@ -125,6 +128,7 @@ export class WsTransport {
     for (const p of this.pending) p.channel.fail(err);
     this.subs.clear();
     this.pending = [];
+    this.resuming = [];
   }
 
   /** Close the socket and fail every reply on it (they reconnect and resume). */
@@ -151,11 +155,15 @@ export class WsTransport {
     const type = msg.type;
     if (type === "ping") return;
     if (type === "rejected") {
-      let idx = this.pending.findIndex((p) => msg.client_ref != null && p.ref === msg.client_ref);
-      if (idx === -1 && this.pending.length) idx = 0;
-      if (idx !== -1) {
-        const [p] = this.pending.splice(idx, 1);
-        p.channel.fail(new RejectedError(msg.error || msg.detail));
+      const err = new RejectedError(msg.error || msg.detail);
+      if (typeof msg.status === "number") err.status = msg.status;
+      if (msg.client_ref != null) {
+        // Sends always carry a client_ref, and the server echoes it even for a refused send.
+        const idx = this.pending.findIndex((p) => p.ref === msg.client_ref);
+        if (idx !== -1) this.pending.splice(idx, 1)[0].channel.fail(err);
+      } else if (this.resuming.length) {
+        // resume/cancel frames carry no ref: a refusal goes to the oldest unanswered resume.
+        this.resuming.shift().channel.fail(err);
       }
       return;
     }
@@ -171,6 +179,7 @@ export class WsTransport {
         this.subs.set(id, ch);
       }
     }
+    if (type === "start") this.resuming = this.resuming.filter((r) => r.messageId !== id);
     if (!ch) return; // a reply nobody on this page reads any more
     ch.push({ type, id: typeof msg.id === "number" ? msg.id : null, data: msg });
     if (type === "final" || type === "error") this.subs.delete(id);
@@ -184,10 +193,14 @@ export class WsTransport {
     let ref = null;
     let messageId = null;
     try {
+      let stopWaiting;
       const ws = await Promise.race([
         this._connect(),
-        new Promise((_, reject) => signal.addEventListener("abort", () => reject(abortError(signal)), { once: true })),
-      ]);
+        new Promise((_, reject) => {
+          stopWaiting = () => reject(abortError(signal));
+          signal.addEventListener("abort", stopWaiting, { once: true });
+        }),
+      ]).finally(() => signal.removeEventListener("abort", stopWaiting));
       if (request.kind === "send") {
         ref = `c${Date.now().toString(36)}${(refCounter++).toString(36)}`;
         this.pending.push({ ref, channel });
@@ -196,6 +209,7 @@ export class WsTransport {
         messageId = String(request.messageId);
         this.subs.get(messageId)?.fail(new ConnectionLost("Superseded by a new subscription."));
         this.subs.set(messageId, channel);
+        this.resuming.push({ messageId, channel });
         ws.send(JSON.stringify({ type: "resume", message_id: request.messageId, after: request.after ?? 0 }));
       }
       for (;;) {
@@ -207,6 +221,7 @@ export class WsTransport {
     } finally {
       signal.removeEventListener("abort", onAbort);
       this.pending = this.pending.filter((p) => p.channel !== channel);
+      this.resuming = this.resuming.filter((r) => r.channel !== channel);
       if (messageId && this.subs.get(messageId) === channel) this.subs.delete(messageId);
     }
   }

@@ -398,3 +398,30 @@ test("WS: Stop sends a cancel frame on the socket and reads the final", async ()
   const s = await done;
   assert.equal(s.status, "cancelled");
 });
+
+test("WS: a refused resume (no client_ref) reaches the resuming reply: truncated, not retried forever", async () => {
+  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const state = new ReplyState({ messageId: "m9", text: "abc" });
+  const before = FakeSocket.all.length;
+  const { done } = run(ws, { kind: "resume" }, state);
+  await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
+  const sock = FakeSocket.last;
+  assert.deepEqual(sock.sent[0], { type: "resume", message_id: "m9", after: 3 });
+  sock.serverSend({ type: "rejected", error: "no such message", client_ref: null, status: 404 });
+  const s = await done;
+  assert.equal(s.status, "truncated");
+  assert.equal(s.text, "abc");
+});
+
+test("WS: close code 4401 calls the unauthorized hook", async () => {
+  let called = 0;
+  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket, onUnauthorized: () => called++ });
+  const before = FakeSocket.all.length;
+  const { done } = run(ws);
+  await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
+  FakeSocket.last.serverClose(4401);
+  const s = await done;
+  assert.equal(called, 1);
+  assert.equal(s.status, "failed");
+  assert.equal(s.notSent, true);
+});
