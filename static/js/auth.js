@@ -1,0 +1,56 @@
+/**
+ * Log-in and sign-up: post the form as JSON to /api/auth/{login,signup} (with the CSRF header),
+ * then go to `?next=` (same-site paths only) or the chat.
+ */
+
+import { api } from "./api.js";
+
+const form = document.getElementById("auth-form");
+const errorEl = document.getElementById("auth-error");
+const mode = form.dataset.mode === "signup" ? "signup" : "login";
+
+function showError(text) {
+  errorEl.textContent = text || "";
+  errorEl.hidden = !text;
+}
+
+/** Only a path on this site: "/x" but not "//evil.example" or "/\\evil.example". */
+function nextUrl() {
+  const next = new URLSearchParams(location.search).get("next") || "/";
+  return /^\/(?![/\\])/.test(next) ? next : "/";
+}
+
+function explain(err) {
+  if (err.status === 401) return "Wrong email or password.";
+  if (err.status === 429) return "Too many attempts. Wait a moment and try again.";
+  if (err.status === 409) return "An account with this email already exists. Log in instead?";
+  if (err.status >= 500) return "The server had a problem. Try again in a moment.";
+  if (err.status) return err.detail.charAt(0).toUpperCase() + err.detail.slice(1);
+  return "Could not reach the server. Check your connection.";
+}
+
+form.addEventListener("submit", async (e) => {
+  e.preventDefault();
+  showError("");
+  const email = form.email.value.trim();
+  const password = form.password.value;
+  if (!email || !password) {
+    showError("Enter your email and password.");
+    (email ? form.password : form.email).focus();
+    return;
+  }
+  const button = form.querySelector("button[type=submit]");
+  button.disabled = true;
+  form.setAttribute("aria-busy", "true");
+  try {
+    await api.post(`/api/auth/${mode}`, { email, password });
+    location.assign(nextUrl());
+  } catch (err) {
+    showError(explain(err));
+    form.password.select();
+    form.password.focus();
+  } finally {
+    button.disabled = false;
+    form.removeAttribute("aria-busy");
+  }
+});

@@ -1,0 +1,54 @@
+/**
+ * A tiny element builder. Text always becomes text nodes; there is no way to pass markup.
+ *   h("button", {class: "x", "data-testid": "send", onclick: fn}, "Send")
+ */
+export function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value == null || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key === "text") el.textContent = value;
+    else if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child == null || child === false) continue;
+    el.append(child instanceof Node ? child : String(child)); // strings become text nodes
+  }
+  return el;
+}
+
+export const $ = (selector, root = document) => root.querySelector(selector);
+export const $$ = (selector, root = document) => [...root.querySelectorAll(selector)];
+
+/** Copy text to the clipboard; resolves true on success. */
+export async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    const ta = h("textarea", { class: "sr-only", "aria-hidden": "true", readonly: true });
+    ta.value = text;
+    document.body.append(ta);
+    ta.select();
+    let ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch {
+      ok = false;
+    }
+    ta.remove();
+    return ok;
+  }
+}
+
+/** Briefly show that a button did its job ("Copied"), then restore its label. */
+export function flash(button, label, ms = 1500) {
+  const before = button.textContent;
+  button.textContent = label;
+  button.dataset.flash = "1";
+  setTimeout(() => {
+    button.textContent = before;
+    delete button.dataset.flash;
+  }, ms);
+}
