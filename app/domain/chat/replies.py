@@ -153,7 +153,7 @@ class ReplyService:
     async def _follow_stored(
         self, message: Message, after: int, keepalive_s: float
     ) -> AsyncIterator[StreamEvent | None]:
-        cursor = max(0, min(after, len(message.content)))
+        cursor = max(0, min(after, len(message.content)) if message.is_final else after)
         yield Start(
             id=cursor, message_id=str(message.id), conversation_id=str(message.conversation_id)
         )
