@@ -1,0 +1,260 @@
+"""Two replicas behind deploy/nginx.conf: one database, sessions in Redis, Stop over NOTIFY.
+
+Replicas a and b run the Procfile's `web:` command with the same SECRET_KEY, the same PostgreSQL
+database and the same Redis session store; nginx routes each log-in session to one of them. The
+tests go around nginx on purpose (straight to a replica's port) to prove what works without it:
+a Stop that lands on the wrong replica, a resume served from the database by the other replica,
+and a restart that only interrupts the restarted replica's own replies.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from tests.live_server import PageClient, PageStream, SseReader, query
+from tests.ops.harness import (
+    STEP_MS,
+    AppProcess,
+    Database,
+    Nginx,
+    client_like,
+    in_thread,
+    proxy_for,
+    release,
+    start_nginx,
+    throwaway_database,
+)
+
+REDIS_URL = "redis://127.0.0.1:6379"
+
+
+@dataclass
+class Cluster:
+    a: AppProcess
+    b: AppProcess
+    nginx: Nginx
+    database: Database
+    user: PageClient  # logged in through nginx
+
+    def replica(self, replica_id: str) -> AppProcess:
+        return {"a": self.a, "b": self.b}[replica_id]
+
+    def other(self, replica_id: str) -> AppProcess:
+        return {"a": self.b, "b": self.a}[replica_id]
+
+    def row(self, message_id: str) -> dict[str, Any]:
+        rows = query(
+            self.database.async_url,
+            "SELECT status, replica_id, content FROM messages WHERE id = :id",
+            id=message_id,
+        )
+        assert rows, f"no message {message_id}"
+        return rows[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(ops_logs: Path) -> Iterator[Cluster]:
+    redis_db = random.randint(1, 15)
+    with throwaway_database("replicas") as database:
+        env = {
+            "ENGINE": "synthetic",
+            "SYNTHETIC_STEP_MS": str(STEP_MS),
+            "DATABASE_URL": database.url,
+            "SECRET_KEY": "shared-by-both-replicas",
+            "SESSION_STORE_URL": f"{REDIS_URL}/{redis_db}",
+            "GRACEFUL_SHUTDOWN_S": "3",
+        }
+        assert release(env, ops_logs / "replicas-release.log").returncode == 0
+        a = AppProcess("replica_a", {**env, "REPLICA_ID": "a"}, ops_logs / "replica_a.log")
+        b = AppProcess("replica_b", {**env, "REPLICA_ID": "b"}, ops_logs / "replica_b.log")
+        nginx: Nginx | None = None
+        user: PageClient | None = None
+        try:
+            a.start(), b.start()
+            a.wait_ready(), b.wait_ready()
+            nginx = start_nginx("replicas", proxy_for("replicas", (a, b), "1h"))
+            user = PageClient(nginx.url)
+            user.signup("replicas@example.com")
+            yield Cluster(a, b, nginx, database, user)
+        finally:
+            if user is not None:
+                session_id = user.http.cookies.get("session")
+                user.close()
+                if session_id:  # leave the shared Redis as we found it
+                    store = redis.Redis.from_url(f"{REDIS_URL}/{redis_db}")
+                    keys = store.keys(f"*{session_id}*")
+                    if keys:
+                        store.delete(*keys)
+                    store.close()
+            if nginx is not None:
+                nginx.stop()
+            a.stop()
+            b.stop()
+
+
+def read_until(events: Iterator[Any], record: PageStream, *, deltas: int) -> None:
+    """Read events into `record` until it holds `deltas` delta events."""
+    for item in events:
+        record.add(item)
+        if len(record.deltas) >= deltas:
+            return
+    raise AssertionError(f"the stream ended early: {record.events!r}")
+
+
+def read_rest(events: Iterator[Any], record: PageStream) -> PageStream:
+    for item in events:
+        record.add(item)
+    return record
+
+
+def owner_of(cluster: Cluster, message_id: str) -> str:
+    replica_id = cluster.row(message_id)["replica_id"]
+    assert replica_id in ("a", "b"), replica_id
+    return replica_id
+
+
+def test_stop_sent_to_the_other_replica_cancels_the_reply(cluster: Cluster) -> None:
+    conversation = cluster.user.new_conversation()
+    record = PageStream()
+    with cluster.user.send(
+        conversation, "a long one [[synthetic:tokens=1000]]", max_tokens=1000
+    ) as response:
+        assert response.status_code == 200
+        events = iter(SseReader(response))
+        read_until(events, record, deltas=3)
+        message_id = record.message_id
+        owner = owner_of(cluster, message_id)
+        other = cluster.other(owner)
+        direct = client_like(cluster.user, other.url)  # around nginx, to the wrong replica
+        try:
+            started = time.monotonic()
+            answer = direct.cancel(message_id)
+            took = time.monotonic() - started
+        finally:
+            direct.close()
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "cancelled", answer.json()
+        read_rest(events, record)
+    print(f"\nreply on {owner}, Stop sent to {other.name}: answered in {took * 1000:.0f} ms")
+    assert took < 3.0
+    assert record.end is not None and record.end.event == "final", record.events
+    assert record.end.json()["status"] == "cancelled"
+    row = cluster.row(message_id)
+    assert row["status"] == "cancelled"
+    assert row["content"] == record.text  # what the client saw is what was saved
+    assert len(record.deltas) < 500  # stopped early, not run to its end
+
+
+def resume(client: PageClient, message_id: str, after: int) -> tuple[PageStream, float]:
+    """Resume from offset `after`; the stream and when its first delta came (seconds)."""
+    record = PageStream()
+    with client.resume(message_id, after) as response:
+        assert response.status_code == 200, response.read()
+        for item in SseReader(response):
+            record.add(item)
+    first = record.deltas[0].at - record.started_at if record.deltas else -1.0
+    return record, first
+
+
+def test_resume_after_a_drop_gives_the_full_text_sticky_or_from_the_database(
+    cluster: Cluster,
+) -> None:
+    conversation = cluster.user.new_conversation()
+    seen = PageStream()
+    # 100 tokens: 3 s, over before the page grace (5 s) would end a reply nobody follows.
+    with cluster.user.send(conversation, "resume me [[synthetic:tokens=100]]") as response:
+        assert response.status_code == 200
+        read_until(iter(SseReader(response)), seen, deltas=5)
+    # The connection is gone (closed mid-stream); the reply carries on without a client.
+    message_id, offset = seen.message_id, seen.last_id
+    owner = owner_of(cluster, message_id)
+    other = cluster.other(owner)
+    assert cluster.row(message_id)["status"] == "streaming"
+
+    direct = client_like(cluster.user, other.url)
+    try:
+        # Both at once: through nginx (sticky: the owner, live) and straight to the other replica
+        # (not live there: it follows the row in the database until the reply ends).
+        sticky_thread, sticky = in_thread(resume, cluster.user, message_id, offset)
+        polled_thread, polled = in_thread(resume, direct, message_id, offset)
+        sticky_thread.join(30), polled_thread.join(30)
+    finally:
+        direct.close()
+    assert "error" not in sticky, sticky.get("error")
+    assert "error" not in polled, polled.get("error")
+    row = cluster.row(message_id)
+    assert row["status"] == "completed"
+    full = row["content"]
+    assert len(full) > offset
+    for label, (record, _first) in (("sticky", sticky["result"]), ("polled", polled["result"])):
+        assert record.end is not None and record.end.json()["status"] == "completed", label
+        assert seen.text + record.text == full, label
+    sticky_record, polled_record = sticky["result"][0], polled["result"][0]
+    print(
+        f"\nreply on {owner}; after a drop at offset {offset}: resume via nginx got "
+        f"{len(sticky_record.deltas)} deltas, straight to {other.name} got "
+        f"{len(polled_record.deltas)} (database polling)"
+    )
+    # Sticky: nginx sent the resume to the owner, where it is live and token by token.
+    resume_line = f"GET /api/messages/{message_id}/stream"
+    assert resume_line in cluster.replica(owner).log_text()
+    assert len(sticky_record.deltas) > len(polled_record.deltas) >= 2  # both followed it live
+
+
+def test_restarting_one_replica_interrupts_only_its_own_replies(cluster: Cluster) -> None:
+    on_a = client_like(cluster.user, cluster.a.url)
+    on_b = client_like(cluster.user, cluster.b.url)
+    try:
+        # A reply on a that outlives b's restart (300 tokens: 9 s), followed in the background.
+        conversation_a = on_a.new_conversation()
+
+        def follow_a() -> PageStream:
+            with on_a.send(conversation_a, "keep going [[synthetic:tokens=300]]") as response:
+                assert response.status_code == 200
+                return read_rest(iter(SseReader(response)), PageStream())
+
+        thread_a, result_a = in_thread(follow_a)
+
+        # A reply on b, then b crashes mid-reply (SIGKILL: its row is left `streaming`).
+        conversation_b = on_b.new_conversation()
+        record_b = PageStream()
+        with pytest.raises(httpx.HTTPError):
+            with on_b.send(conversation_b, "doomed [[synthetic:tokens=1000]]") as response:
+                events = iter(SseReader(response))
+                read_until(events, record_b, deltas=2)
+                cluster.b.kill()
+                read_rest(events, record_b)
+        message_b = record_b.message_id
+        assert cluster.row(message_b)["status"] == "streaming"
+
+        cluster.b.start().wait_ready()  # marks b's own leftovers as interrupted at startup
+        message_a = query(
+            cluster.database.async_url,
+            "SELECT id FROM messages WHERE replica_id = 'a' AND status = 'streaming'",
+        )
+        assert len(message_a) == 1, "a's reply is no longer streaming after b's restart"
+        assert cluster.row(message_b)["status"] == "interrupted"
+
+        # Sessions live in Redis: b still knows this user after its restart.
+        assert on_b.http.get(f"/api/conversations/{conversation_a}").status_code == 200
+
+        thread_a.join(30)
+        assert "error" not in result_a, result_a.get("error")
+        record_a: PageStream = result_a["result"]
+        assert record_a.end is not None and record_a.end.json()["status"] == "completed"
+        assert cluster.row(record_a.message_id)["status"] == "completed"
+        assert cluster.row(record_a.message_id)["content"] == record_a.text
+        restarted_at = record_b.events[-1].at  # roughly when b went down
+        assert record_a.deltas[-1].at > restarted_at + 2  # a kept streaming through it
+    finally:
+        on_a.close()
+        on_b.close()
