@@ -354,6 +354,7 @@ class LlamaCppEngine:
                     first_token_at=seq.first_token_at,
                     finished_at=time.time(),
                     error=error,
+                    admitted_at=seq.admitted_at,
                 ),
             )
         )

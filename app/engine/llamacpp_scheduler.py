@@ -14,6 +14,7 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class Sequence:
     prompt: list[int]
     max_tokens: int  # already capped so prompt + reply fits the per-sequence context
     queued_at: float
+    admitted_at: float | None = None
     stream: Any = None  # the EventStream (engine-owned; opaque here)
     detok: Any = None  # the IncrementalDetokenizer
     state: SeqState = SeqState.WAITING
@@ -101,6 +103,7 @@ class Scheduler:
             self.waiting.popleft()
             head.slot = self._free_slots.pop()
             head.state = SeqState.RUNNING
+            head.admitted_at = time.time()
             self.kv_reserved += head.kv_reserve
             self.running.append(head)
             yield head

@@ -25,19 +25,27 @@ STATUS_COLOURS = {
 }
 
 
-def _svg(body: str, title: str) -> str:
+_STYLE = (
+    "<style>text{font:11px system-ui,sans-serif;fill:#444}"
+    ".chart-title{font-weight:600;font-size:13px;fill:#222}</style>"
+)
+
+
+def _svg(body: str, title: str, width: int = WIDTH) -> str:
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {HEIGHT}" '
         f'role="img" aria-label="{escape(title)}" class="chart">'
-        f"<title>{escape(title)}</title>{body}</svg>"
+        f"<title>{escape(title)}</title>{_STYLE}"
+        f'<text x="{MARGIN_LEFT}" y="12" class="chart-title">{escape(title)}</text>{body}</svg>'
     )
 
 
-def _empty(title: str) -> str:
+def _empty(title: str, width: int = WIDTH) -> str:
     return _svg(
-        f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="chart-empty">'
+        f'<text x="{width / 2}" y="{HEIGHT / 2}" text-anchor="middle" class="chart-empty">'
         "no data yet</text>",
         title,
+        width,
     )
 
 
@@ -52,18 +60,18 @@ def _label_ms(value: float) -> str:
     return f"{value / 1000:g}s" if value >= 1000 else f"{value:g}ms"
 
 
-def histogram_svg(values_ms: Sequence[float], title: str) -> str:
+def histogram_svg(values_ms: Sequence[float], title: str, width: int = 420) -> str:
     """A histogram over log-spaced buckets, with the median and p99 marked."""
     values = sorted(v for v in values_ms if v is not None and v >= 0)
     if not values:
-        return _empty(title)
+        return _empty(title, width)
     edges = log_buckets()
     counts = [0] * (len(edges) - 1)
     for v in values:
         i = max(0, min(len(counts) - 1, int(math.log10(max(v, edges[0]) / edges[0]) * 4)))
         counts[i] += 1
     peak = max(counts)
-    plot_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    plot_w = width - MARGIN_LEFT - MARGIN_RIGHT
     plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
     bar_w = plot_w / len(counts)
     parts = []
@@ -92,22 +100,25 @@ def histogram_svg(values_ms: Sequence[float], title: str) -> str:
         f"p99={escape(_label_ms(round(p99, 1)))}</text>"
     )
     parts.append(
-        f'<line x1="{MARGIN_LEFT}" y1="{MARGIN_TOP + plot_h}" x2="{WIDTH - MARGIN_RIGHT}" '
+        f'<line x1="{MARGIN_LEFT}" y1="{MARGIN_TOP + plot_h}" x2="{width - MARGIN_RIGHT}" '
         f'y2="{MARGIN_TOP + plot_h}" stroke="#555"/>'
     )
-    return _svg("".join(parts), title)
+    return _svg("".join(parts), title, width)
 
 
-def states_over_time_svg(counts: Sequence[tuple[datetime, str, int]], title: str) -> str:
-    """Stacked bars: replies per time bucket, coloured by end state."""
-    if not counts:
+def states_over_time_svg(
+    counts: Sequence[tuple[datetime, str, int]], title: str, buckets: Sequence[datetime]
+) -> str:
+    """Stacked bars: replies per time bucket (every bucket shown, empty or not), by end state."""
+    if not counts or not buckets:
         return _empty(title)
-    buckets = sorted({start for start, _, _ in counts})
     by_bucket: dict[datetime, dict[str, int]] = {b: {} for b in buckets}
     for start, status, n in counts:
-        by_bucket[start][status] = by_bucket[start].get(status, 0) + n
-    peak = max(sum(v.values()) for v in by_bucket.values())
-    plot_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+        if start in by_bucket:
+            by_bucket[start][status] = by_bucket[start].get(status, 0) + n
+    peak = max(1, max(sum(v.values()) for v in by_bucket.values()))
+    width = WIDTH + 320
+    plot_w = width - MARGIN_LEFT - MARGIN_RIGHT
     plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
     bar_w = plot_w / len(buckets)
     parts = []
@@ -128,15 +139,17 @@ def states_over_time_svg(counts: Sequence[tuple[datetime, str, int]], title: str
     first, last = buckets[0], buckets[-1]
     parts.append(
         f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 22}" class="tick">{escape(f"{first:%m-%d %H:%M}")}</text>'
-        f'<text x="{WIDTH - MARGIN_RIGHT}" y="{HEIGHT - 22}" text-anchor="end" class="tick">'
+        f'<text x="{width - MARGIN_RIGHT}" y="{HEIGHT - 22}" text-anchor="end" class="tick">'
         f"{escape(f'{last:%m-%d %H:%M}')}</text>"
     )
     legend_x = MARGIN_LEFT
     for status, colour in STATUS_COLOURS.items():
         parts.append(
             f'<rect x="{legend_x}" y="{HEIGHT - 12}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{legend_x + 13}" y="{HEIGHT - 3}" class="legend">{escape(status)}</text>'
+            f'<text x="{legend_x + 14}" y="{HEIGHT - 3}" class="legend">{escape(status)}</text>'
         )
-        legend_x += 84
-    parts.append(f'<text x="4" y="{MARGIN_TOP + 8}" class="tick">{peak}</text>')
-    return _svg("".join(parts), title)
+        legend_x += 105
+    parts.append(
+        f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + 10}" text-anchor="end" class="tick">{peak}</text>'
+    )
+    return _svg("".join(parts), title, width)

@@ -143,9 +143,9 @@ class AdminPages(Controller):
     async def charts(self, request: Request) -> Template:
         sessions = services_of(request).sessions
         timings = await queries.recent_reply_timings(sessions)
-        counts = await queries.message_status_counts(
-            sessions, since=datetime.now(UTC) - timedelta(days=2), bucket="hour"
-        )
+        hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        hours = [hour - timedelta(hours=i) for i in range(47, -1, -1)]
+        counts = await queries.message_status_counts(sessions, since=hours[0], bucket="hour")
         return Template(
             "admin/charts.html",
             context=page_context(
@@ -156,6 +156,7 @@ class AdminPages(Controller):
                 states_svg=states_over_time_svg(
                     [(c.bucket_start, str(c.status), c.count) for c in counts],
                     "Replies by end state, per hour (last 48 h)",
+                    hours,
                 ),
             ),
         )

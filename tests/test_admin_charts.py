@@ -1,0 +1,30 @@
+"""The admin charts are inert markup: data can never inject HTML, and the numbers add up."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from app.domain.admin.charts import histogram_svg, states_over_time_svg
+
+
+def test_histogram_counts_every_value_and_reports_percentiles() -> None:
+    values = [5.0] * 90 + [500.0] * 10
+    svg = histogram_svg(values, "TTFT")
+    counts = [int(n) for n in re.findall(r": (\d+)</title></rect>", svg)]
+    assert sum(counts) == 100 and sorted(counts) == [10, 90]
+    assert "n=100" in svg and "p50=5ms" in svg and "p99=500ms" in svg
+
+
+def test_empty_chart_says_so() -> None:
+    assert "no data yet" in histogram_svg([], "TTFT")
+
+
+def test_states_chart_stacks_statuses_per_bucket_and_escapes_text() -> None:
+    hour = datetime(2026, 11, 29, 8, tzinfo=UTC)
+    buckets = [hour - timedelta(hours=1), hour]
+    counts = [(hour, "completed", 3), (hour, "cancelled", 1), (buckets[0], "failed", 2)]
+    svg = states_over_time_svg(counts, 'States <script>alert("x")</script>', buckets)
+    assert "<script>" not in svg and "&lt;script&gt;" in svg
+    assert re.findall(r"completed: (\d+)", svg) == ["3"]
+    assert re.findall(r"failed: (\d+)", svg) == ["2"]
