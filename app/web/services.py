@@ -34,6 +34,7 @@ class Services:
     replies: ReplyService
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
+    _engine_start: asyncio.Task[None] | None = None
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
@@ -67,8 +68,19 @@ class Services:
             )
         await self.manager.start()
         await self.replies.cancel_channel.start(self._cancel_from_elsewhere)
-        await self.engine.start()
+        # The model loads in the background: meanwhile the server answers, /readyz says
+        # "loading" and a reply request gets a clear 503 (the engine refuses until started).
+        self._engine_start = asyncio.create_task(self._start_engine(), name="engine-start")
+
+    async def _start_engine(self) -> None:
+        try:
+            await self.engine.start()
+        except Exception as exc:
+            log.exception("the engine failed to start")
+            self.engine_error = f"{type(exc).__name__}: {exc}"
+            return
         self.engine_ready.set()
+        log.info("engine %s ready", self.engine.model_name)
 
     def _cancel_from_elsewhere(self, message_id: str, cause: str) -> None:
         """A Stop that reached another replica, for a reply that may be running here."""
@@ -80,5 +92,7 @@ class Services:
     async def stop(self) -> None:
         await self.replies.cancel_channel.stop()
         await self.manager.shutdown()
+        if self._engine_start is not None:
+            await asyncio.wait({self._engine_start})  # never shut down an engine mid-load
         await self.engine.shutdown()
         await self.db_engine.dispose()
