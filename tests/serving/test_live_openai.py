@@ -1,0 +1,225 @@
+"""The OpenAI-compatible `/v1` API, driven by the official `openai` package, against a real server
+and the real SmolLM2 model (ENGINE=llamacpp), on SQLite and PostgreSQL.
+
+Each completion is stored like a page reply (conversation source `api`); the tests read those rows
+straight from the database, since the API does not return their ids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from tests.live_server import LiveServer, PageClient, query
+
+GREEDY: dict[str, Any] = {"temperature": 0, "seed": 3}
+STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
+
+
+@pytest.fixture(scope="module")
+def server_env_overrides() -> dict[str, object]:
+    # Small, so that a request the server wrongly accepts (max_tokens=0) still ends quickly.
+    return {"DEFAULT_MAX_TOKENS": 32}
+
+
+def api_replies(database_url: str) -> dict[str, dict[str, Any]]:
+    """Every assistant row of an API conversation, by id."""
+    rows = query(
+        database_url,
+        "SELECT m.id, m.content, m.status, m.completion_tokens, m.prompt_tokens, m.finished_at"
+        " FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+        " WHERE c.source = 'api' AND m.role = 'assistant'",
+    )
+    return {str(row["id"]): row for row in rows}
+
+
+@pytest.fixture
+def new_api_reply(live_database_url: str) -> Callable[..., dict[str, Any]]:
+    """Call it after a request: the one API reply row created since the fixture was set up,
+    polled until it has left `streaming` (or `wait=False`: as it is now)."""
+    before = set(api_replies(live_database_url))
+
+    def find(*, wait: bool = True, timeout_s: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            new = {k: v for k, v in api_replies(live_database_url).items() if k not in before}
+            assert len(new) <= 1, new
+            if new:
+                (row,) = new.values()
+                if not wait or row["status"] != "streaming":
+                    return row
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no finished API reply after {timeout_s} s: {new!r}")
+            time.sleep(0.05)
+
+    return find
+
+
+@pytest.fixture(scope="module")
+def api_key(alice: PageClient) -> str:
+    response = alice.post("/api/keys", {"name": "live tests"})
+    assert response.status_code == 201, response.text
+    return response.json()["secret"]
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer, api_key: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key, max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def model(client: openai.OpenAI) -> str:
+    models = client.models.list().data
+    assert len(models) == 1
+    return models[0].id
+
+
+def test_streaming_chunks_concatenate_to_the_stored_text(
+    client: openai.OpenAI, model: str, new_api_reply: Callable[..., dict[str, Any]]
+) -> None:
+    """`stream=True` with `include_usage`: the content chunks concatenate to the stored reply, one
+    chunk carries the finish reason, and a last chunk with no choices carries the usage."""
+    stream = client.chat.completions.create(
+        model=model,
+        messages=STORY,
+        max_tokens=24,
+        stream=True,
+        stream_options={"include_usage": True},
+        **GREEDY,
+    )
+    chunks = list(stream)
+
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finish == ["length"]
+    assert all(c.usage is None for c in chunks[:-1])
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None
+    assert usage.completion_tokens == 24
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert len({c.id for c in chunks}) == 1 and chunks[0].id.startswith("chatcmpl-")
+
+    stored = new_api_reply()
+    assert stored["content"] == text and len(text) > 20
+    assert stored["status"] == "length"
+    assert stored["completion_tokens"] == usage.completion_tokens
+    assert stored["prompt_tokens"] == usage.prompt_tokens
+
+
+def test_streaming_without_include_usage_has_no_usage_chunk(
+    client: openai.OpenAI, model: str
+) -> None:
+    """Without `stream_options.include_usage` no chunk carries usage, and every chunk has a choice."""
+    chunks = list(
+        client.chat.completions.create(
+            model=model, messages=STORY, max_tokens=8, stream=True, **GREEDY
+        )
+    )
+    assert chunks and all(c.usage is None and len(c.choices) == 1 for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_non_streaming_completion(
+    client: openai.OpenAI, model: str, new_api_reply: Callable[..., dict[str, Any]]
+) -> None:
+    """A plain completion returns the whole stored reply, its finish reason and usage."""
+    completion = client.chat.completions.create(
+        model=model, messages=STORY, max_tokens=16, **GREEDY
+    )
+    choice = completion.choices[0]
+    assert completion.object == "chat.completion" and completion.model == model
+    assert choice.message.role == "assistant"
+    assert choice.finish_reason == "length"
+    assert completion.usage is not None and completion.usage.completion_tokens == 16
+    stored = new_api_reply()
+    assert stored["content"] == choice.message.content and stored["content"]
+    assert stored["status"] == "length"
+
+
+def test_closing_the_stream_stops_the_reply_at_once(
+    client: openai.OpenAI,
+    model: str,
+    alice: PageClient,
+    new_api_reply: Callable[..., dict[str, Any]],
+) -> None:
+    """Closing the client's stream cancels the reply: with an API grace of 0 the row becomes
+    `disconnected` within moments, its text starts with what the client got, and the engine is
+    freed."""
+    stream = client.chat.completions.create(
+        model=model, messages=STORY, max_tokens=400, stream=True, **GREEDY
+    )
+    seen = ""
+    for chunk in stream:
+        seen += chunk.choices[0].delta.content or ""
+        if len(seen) > 20:
+            break
+    stream.close()
+    closed_at = time.monotonic()
+
+    stored = new_api_reply(timeout_s=5.0)
+    assert time.monotonic() - closed_at < 3.0
+    assert stored["status"] == "disconnected"
+    assert stored["content"].startswith(seen)
+    assert stored["completion_tokens"] < 400
+    assert alice.wait_engine_idle(timeout_s=3)["running"] == 0
+
+
+def test_a_wrong_api_key_is_an_authentication_error(server: LiveServer, model: str) -> None:
+    """A wrong bearer key answers 401 in OpenAI's error shape: the client raises
+    AuthenticationError, for models and for completions."""
+    with openai.OpenAI(
+        base_url=f"{server.url}/v1", api_key="sk-not-a-real-key", max_retries=0
+    ) as stranger:
+        with pytest.raises(openai.AuthenticationError) as raised:
+            stranger.models.list()
+        assert raised.value.status_code == 401
+        assert raised.value.body["type"] == "authentication_error"  # type: ignore[index]
+        with pytest.raises(openai.AuthenticationError):
+            stranger.chat.completions.create(model=model, messages=STORY, max_tokens=4)
+
+
+def test_an_unknown_model_is_not_found(client: openai.OpenAI, live_database_url: str) -> None:
+    """An unknown model answers 404 (NotFoundError) and writes nothing."""
+    before = api_replies(live_database_url)
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.chat.completions.create(model="gpt-imaginary", messages=STORY, max_tokens=4)
+    assert raised.value.body["code"] == "model_not_found"  # type: ignore[index]
+    assert api_replies(live_database_url) == before
+
+
+@pytest.mark.parametrize(
+    ("params", "status"),
+    [
+        ({"temperature": 5}, 400),
+        ({"top_p": 0}, 400),
+        ({"max_tokens": 0}, 400),
+        ({"messages": []}, 400),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, 400),
+        ({"messages": [{"role": "user", "content": "7 " * 30000}]}, 400),
+    ],
+    ids=["temperature", "top_p", "max_tokens", "no-messages", "bad-role", "over-context"],
+)
+def test_bad_parameters_are_400_and_write_nothing(
+    client: openai.OpenAI,
+    model: str,
+    live_database_url: str,
+    params: dict[str, Any],
+    status: int,
+) -> None:
+    """Out-of-range sampling parameters and unusable messages are a BadRequestError with a
+    message, and leave no conversation or message behind."""
+    counts_before = query(live_database_url, "SELECT count(*) AS n FROM conversations")
+    request: dict[str, Any] = {"model": model, "messages": STORY, "max_tokens": 4, **params}
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(**request)
+    assert raised.value.status_code == status
+    assert raised.value.body["message"]  # type: ignore[index]
+    assert query(live_database_url, "SELECT count(*) AS n FROM conversations") == counts_before
