@@ -1,0 +1,149 @@
+"""Does a long prompt freeze the streams already running? Chunked prefill, measured.
+
+    /work/venv/bin/python bench/chunked_prefill.py [--budgets 32,4096] [--prompt-tokens 1500]
+
+Eight greedy streams decode; once they are in their stride, a ~1,500-token prompt arrives. We record
+when each of the eight streams' events reach asyncio and report, for the prefill window (from the
+long prompt's arrival to its first token):
+
+- the median and maximum inter-token gap of the eight streams inside the window,
+- their median gap before the long prompt arrived (steady decoding),
+- the long prompt's time to first token.
+
+With the engine's per-step token budget, the prompt enters a slice per step and every step still
+advances the eight streams: the gaps grow by the slice's cost but never freeze. The control run
+with a budget larger than the prompt prefills it in one step: every stream stalls for the whole
+prefill (seconds on CPU). The default budget (`EngineSettings.step_token_budget`) comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.engine.base import Finished, SamplingParams, TextDelta
+from app.engine.llamacpp import LlamaCppEngine
+from app.settings import EngineSettings
+
+STREAM_TOPICS = [
+    "a lighthouse keeper",
+    "a robot learning to paint",
+    "a city under the sea",
+    "a dragon who fears fire",
+    "a journey across a desert",
+    "a cat who becomes mayor",
+    "a library that never closes",
+    "a train that never stops",
+]
+
+FILLER = (
+    "The committee met on a grey Tuesday to review the harbour accounts, the repairs to the north "
+    "pier, the price of rope and tar, and the long list of complaints from the fishermen about the "
+    "new mooring fees. "
+)
+
+
+def long_prompt(engine: LlamaCppEngine, tokens: int) -> list[dict[str, str]]:
+    """A user message whose rendered prompt is about `tokens` tokens long."""
+    native = engine._native
+    assert native is not None
+    per = len(native.tokenize(FILLER))
+    text = FILLER * max(1, tokens // per)
+    return [{"role": "user", "content": text + "\nSummarise the meeting in one sentence."}]
+
+
+async def trial(
+    budget: int, prompt_tokens: int, threads: int, warm_tokens: int
+) -> dict[str, float]:
+    settings = EngineSettings(threads=threads, step_token_budget=budget, max_seqs=16)
+    engine = LlamaCppEngine(settings)
+    await engine.start()
+    stamps: list[list[float]] = [[] for _ in STREAM_TOPICS]
+    params = SamplingParams(max_tokens=1000, temperature=0.0)
+
+    async def stream(i: int) -> None:
+        messages = [
+            {"role": "user", "content": f"Write a very long story about {STREAM_TOPICS[i]}."}
+        ]
+        async for event in engine.generate(f"s{i}", messages, params):
+            if isinstance(event, TextDelta):
+                stamps[i].append(time.perf_counter())
+                if min(len(s) for s in stamps) >= warm_tokens:
+                    warm.set()
+
+    warm = asyncio.Event()
+    tasks = [asyncio.create_task(stream(i)) for i in range(len(STREAM_TOPICS))]
+    await warm.wait()
+
+    messages = long_prompt(engine, prompt_tokens)
+    t_submit = time.perf_counter()
+    first_at = None
+    fin = None
+    async for event in engine.generate(
+        "long", messages, SamplingParams(max_tokens=4, temperature=0)
+    ):
+        if isinstance(event, TextDelta) and first_at is None:
+            first_at = time.perf_counter()
+        if isinstance(event, Finished):
+            fin = event
+            first_at = first_at or time.perf_counter()
+    assert fin is not None and first_at is not None
+    await asyncio.sleep(0.3)  # a few steady steps after the window
+    for i in range(len(STREAM_TOPICS)):
+        engine.abort(f"s{i}")
+    await asyncio.gather(*tasks)
+    await engine.shutdown()
+
+    before, inside = [], []
+    for times in stamps:
+        for a, b in itertools.pairwise(times):
+            if b < t_submit:
+                before.append(b - a)
+            elif b <= first_at + 1e-3:
+                inside.append(b - a)
+    return {
+        "budget": budget,
+        "prompt_tokens": fin.prompt_tokens,
+        "steady_median": statistics.median(before),
+        "median": statistics.median(inside),
+        "max": max(inside),
+        "ttft": first_at - t_submit,
+    }
+
+
+async def main() -> None:
+    default = EngineSettings.step_token_budget
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--budgets", default=f"{default},4096")
+    parser.add_argument("--prompt-tokens", type=int, default=1500)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--warm-tokens", type=int, default=10)
+    args = parser.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+
+    print(f"8 streams decoding, then a ~{args.prompt_tokens}-token prompt; {args.threads} threads")
+    print(
+        f"{'budget':>7} {'prompt':>7} {'steady p50':>11} {'window p50':>11} {'window max':>11} "
+        f"{'max/p50':>8} {'max/steady':>11} {'long TTFT':>10}"
+    )
+    for budget in budgets:
+        r = await trial(budget, args.prompt_tokens, args.threads, args.warm_tokens)
+        label = f"{budget}" + (" (control)" if budget >= r["prompt_tokens"] else "")
+        print(
+            f"{label:>7} {r['prompt_tokens']:>7} {r['steady_median'] * 1e3:>8.1f} ms "
+            f"{r['median'] * 1e3:>8.1f} ms {r['max'] * 1e3:>8.1f} ms {r['max'] / r['median']:>8.1f} "
+            f"{r['max'] / r['steady_median']:>11.1f} {r['ttft']:>8.2f} s",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

