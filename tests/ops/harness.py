@@ -188,6 +188,10 @@ class AppProcess(Managed):
         assert self.process is not None
         return self.process.pid
 
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def start(self) -> AppProcess:
         """Start without waiting (start several, then `wait_ready` each: they boot in parallel)."""
         assert self.process is None, f"{self.name} is already running"
