@@ -204,10 +204,16 @@ def test_resume_after_a_drop_gives_the_full_text_sticky_or_from_the_database(
         f"{len(sticky_record.deltas)} deltas, straight to {other.name} got "
         f"{len(polled_record.deltas)} (database polling)"
     )
-    # Sticky: nginx sent the resume to the owner, where it is live and token by token.
-    resume_line = f"GET /api/messages/{message_id}/stream"
-    assert resume_line in cluster.replica(owner).log_text()
     assert len(sticky_record.deltas) > len(polled_record.deltas) >= 2  # both followed it live
+
+    # Sticky: nginx sends every resume of this session to the owner (four more replays of the
+    # finished reply too), never to the other replica, which only saw the direct one.
+    for _ in range(4):
+        replay, _first = resume(cluster.user, message_id, 0)
+        assert replay.text == full
+    resume_line = f"GET /api/messages/{message_id}/stream"
+    assert cluster.replica(owner).log_text().count(resume_line) == 5
+    assert other.log_text().count(resume_line) == 1
 
 
 def test_restarting_one_replica_interrupts_only_its_own_replies(cluster: Cluster) -> None:
