@@ -387,7 +387,7 @@ class PageClient:
         self.http.cookies.clear()
         email = email or self.email
         response = self.post("/api/auth/login", {"email": email, "password": password})
-        assert response.status_code == 200, response.text
+        assert response.status_code in (200, 201), response.text
         self.email = email
         return response.json()
 
