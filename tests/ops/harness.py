@@ -249,21 +249,21 @@ def render_nginx(template: str | None = None, **values: str) -> str:
     return text
 
 
-BUFFERED_DIRECTIVES = """\
-        proxy_buffering on;
-        proxy_ignore_headers X-Accel-Buffering;
-        gzip on;
-        gzip_types text/event-stream;
-        gzip_min_length 0;
-"""
-
-
-def buffering_variant(conf: str) -> str:
-    """The control: the same config with the classic mistakes (buffering on, the app's
-    `X-Accel-Buffering: no` ignored, gzip on event streams)."""
+def buffering_variant(conf: str, *, honour_app_header: bool = False) -> str:
+    """The control: the same config with the classic mistakes: buffering on, the app's
+    `X-Accel-Buffering: no` ignored, gzip on event streams. With `honour_app_header`, only
+    buffering is switched on, and the app's header is left to switch it off again."""
     good = "        proxy_buffering off;\n"
     assert conf.count(good) == 1, "deploy/nginx.conf no longer has one server-wide buffering line"
-    return conf.replace(good, BUFFERED_DIRECTIVES)
+    bad = "        proxy_buffering on;\n"
+    if not honour_app_header:
+        bad += (
+            "        proxy_ignore_headers X-Accel-Buffering;\n"
+            "        gzip on;\n"
+            "        gzip_types text/event-stream;\n"
+            "        gzip_min_length 0;\n"
+        )
+    return conf.replace(good, bad)
 
 
 def nginx_binary() -> str:

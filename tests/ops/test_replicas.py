@@ -170,8 +170,9 @@ def test_resume_after_a_drop_gives_the_full_text_sticky_or_from_the_database(
 ) -> None:
     conversation = cluster.user.new_conversation()
     seen = PageStream()
-    # 100 tokens: 3 s, over before the page grace (5 s) would end a reply nobody follows.
-    with cluster.user.send(conversation, "resume me [[synthetic:tokens=100]]") as response:
+    # 130 tokens: 3.9 s. The sticky resume re-attaches to the reply on its owner within the page
+    # grace (5 s); the polled one alone would not keep it alive (see deploy/SCALING.md).
+    with cluster.user.send(conversation, "resume me [[synthetic:tokens=130]]") as response:
         assert response.status_code == 200
         read_until(iter(SseReader(response)), seen, deltas=5)
     # The connection is gone (closed mid-stream); the reply carries on without a client.
