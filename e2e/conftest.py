@@ -34,7 +34,7 @@ from tests.live_server import LiveServer, server_env, throwaway_database
 
 # Short enough to keep each reply a few seconds long on two cores, long enough to Stop mid-reply.
 E2E_ENV: dict[str, object] = {
-    "DEFAULT_MAX_TOKENS": 200,
+    "DEFAULT_MAX_TOKENS": 100,
     # A page whose network drops for a couple of seconds must find its reply still running.
     "PAGE_GRACE_S": 15,
 }
