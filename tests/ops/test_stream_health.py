@@ -73,7 +73,7 @@ def test_client_ttft_is_stored_next_to_the_engines_and_tells_a_buffering_proxy_a
     if buffered:
         assert client_ms - engine_ms > 1500  # about the whole 2.4 s reply
     else:
-        assert client_ms - engine_ms < 300
+        assert client_ms - engine_ms < 500  # below the warning threshold, whatever the load
     assert stream_health_warning(engine_ms, client_ms) is buffered
     warning = admin_warning(admin, stored["id"])
     print(f"admin stream_health_warning: {warning}")
