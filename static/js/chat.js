@@ -8,7 +8,7 @@
  */
 
 import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
-import { $, copyText, flash, h } from "./dom.js";
+import { $, copyText, flash, h, icon } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { FINAL_STATUSES, ReplyState, tokensPerSecond } from "./reply.js";
 import { ReplyStream } from "./stream.js";
@@ -543,8 +543,8 @@ function renderConversationList() {
       link,
       h("span", { class: "live-dot", "aria-hidden": "true", title: "Replying" }),
       h("span", { class: "conv-actions" },
-        h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "rename-conversation", "aria-label": `Rename “${title}”`, title: "Rename", onclick: () => startRename(item, c) }, "✎"),
-        h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "delete-conversation", "aria-label": `Delete “${title}”`, title: "Delete", onclick: () => confirmDelete(c) }, "🗑"),
+        h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "rename-conversation", "aria-label": `Rename “${title}”`, title: "Rename", onclick: () => startRename(item, c) }, icon("pencil")),
+        h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "delete-conversation", "aria-label": `Delete “${title}”`, title: "Delete", onclick: () => confirmDelete(c) }, icon("trash")),
       ),
     );
     if (state.live.has(c.id)) item.classList.add("is-streaming");
