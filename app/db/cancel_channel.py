@@ -1,8 +1,11 @@
-"""Cross-replica Stop: a cancel published by one app process reaches the one running the reply.
+"""Cross-replica control of a reply: a message published by one app process reaches the one
+running the reply.
 
 On PostgreSQL the replicas already share the database, so its LISTEN/NOTIFY is the channel (no
-extra service): each replica LISTENs on one connection, and a Stop that lands on a replica that
-does not hold the reply NOTIFYs `message_id cause`. SQLite means one process: nothing to relay.
+extra service): each replica LISTENs on one connection. A Stop that lands on a replica that does
+not hold the reply NOTIFYs `message_id cause`; a replica whose client follows a reply running
+elsewhere NOTIFYs `message_id attach` now and then, so the reply's disconnect grace restarts
+there. SQLite means one process: nothing to relay.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from app.db.session import Sessions, transaction
 log = logging.getLogger(__name__)
 
 CHANNEL = "streamchat_cancel"
+ATTACH = "attach"  # not a cancel: a client elsewhere still follows this reply
 
 OnCancel = Callable[[str, str], None]  # (message_id, cause)
 

@@ -100,6 +100,7 @@ class Generation:
         self._done = asyncio.Event()  # the end state is known AND saved: the Final may go out
         self._abort: Callable[[], None] = lambda: None
         self._grace_timer: asyncio.TimerHandle | None = None
+        self._grace_cause = CancelCause.DISCONNECT
         self.flushed_length = 0  # how much text the recorder has saved
 
     # -- text ---------------------------------------------------------------------------------
@@ -161,7 +162,17 @@ class Generation:
             self.cancel(cause)
         elif self._grace_timer is None:
             loop = asyncio.get_running_loop()
+            self._grace_cause = cause
             self._grace_timer = loop.call_later(self.grace_s, self._grace_expired, cause)
+
+    def followed_elsewhere(self) -> None:
+        """A client follows this reply through another replica: restart the grace period."""
+        if self._grace_timer is not None:
+            cause = self._grace_cause
+            self._grace_timer.cancel()
+            self._grace_timer = asyncio.get_running_loop().call_later(
+                self.grace_s, self._grace_expired, cause
+            )
 
     def _grace_expired(self, cause: CancelCause) -> None:
         self._grace_timer = None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.cancel_channel import cancel_channel_for
+from app.db.cancel_channel import ATTACH, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
@@ -82,12 +82,17 @@ class Services:
         self.engine_ready.set()
         log.info("engine %s ready", self.engine.model_name)
 
-    def _cancel_from_elsewhere(self, message_id: str, cause: str) -> None:
-        """A Stop that reached another replica, for a reply that may be running here."""
+    def _cancel_from_elsewhere(self, message_id: str, action: str) -> None:
+        """A Stop (or a follower's attach) that reached another replica, for a reply maybe here."""
+        if action == ATTACH:
+            generation = self.manager.get(message_id)
+            if generation is not None:
+                generation.followed_elsewhere()
+            return
         try:
-            self.manager.cancel(message_id, CancelCause(cause))
+            self.manager.cancel(message_id, CancelCause(action))
         except ValueError:
-            log.warning("ignoring a cancel with unknown cause %r", cause)
+            log.warning("ignoring a cancel with unknown cause %r", action)
 
     async def stop(self) -> None:
         await self.replies.cancel_channel.stop()

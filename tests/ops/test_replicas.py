@@ -276,3 +276,29 @@ def test_restarting_one_replica_interrupts_only_its_own_replies(cluster: Cluster
             thread_a.join(30)
         on_a.close()
         on_b.close()
+
+
+def test_a_client_following_from_the_other_replica_keeps_the_reply_alive(
+    cluster: Cluster,
+) -> None:
+    """No sticky routing at all: after a drop, the client resumes ONLY on the replica that does
+    not run the reply. That replica follows the row in the database and keeps telling the owner
+    (NOTIFY attach) that a client still reads, so the owner's 5 s disconnect grace keeps
+    restarting and the reply runs to its end instead of ending `disconnected`."""
+    conversation = cluster.user.new_conversation()
+    seen = PageStream()
+    tokens = int(9.0 / (STEP_MS / 1000))  # ~9 s: well past the 5 s page grace
+    with cluster.user.send(conversation, f"keep me [[synthetic:tokens={tokens}]]") as response:
+        assert response.status_code == 200
+        read_until(iter(SseReader(response)), seen, deltas=3)
+    message_id, offset = seen.message_id, seen.last_id
+    other = cluster.other(owner_of(cluster, message_id))
+    direct = client_like(cluster.user, other.url)
+    try:
+        record, _first = resume(direct, message_id, offset)
+    finally:
+        direct.close()
+    assert record.end is not None and record.end.json()["status"] == "completed", record.events
+    row = cluster.row(message_id)
+    assert row["status"] == "completed"
+    assert seen.text + record.text == row["content"]

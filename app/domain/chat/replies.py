@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from uuid import UUID
 
-from app.db.cancel_channel import LocalCancelChannel, PostgresCancelChannel
+from app.db.cancel_channel import ATTACH, LocalCancelChannel, PostgresCancelChannel
 from app.db.session import Sessions
 from app.domain.chat import service
 from app.domain.chat.models import Conversation, Message, MessageRole
@@ -157,7 +157,8 @@ class ReplyService:
         yield Start(
             id=cursor, message_id=str(message.id), conversation_id=str(message.conversation_id)
         )
-        idle = 0.0
+        idle = since_attach = 0.0
+        attach_every = max(STORED_POLL_S, self.grace_by_source["page"] / 3)
         while True:
             if len(message.content) > cursor:
                 yield Delta(id=len(message.content), text=message.content[cursor:])
@@ -165,8 +166,12 @@ class ReplyService:
             if message.is_final:
                 yield final_from_outcome(stored_outcome(message))
                 return
+            if since_attach <= 0:  # "a client still follows this reply": its grace restarts
+                await self.cancel_channel.publish(str(message.id), ATTACH)
+                since_attach = attach_every
             await asyncio.sleep(STORED_POLL_S)
             idle += STORED_POLL_S
+            since_attach -= STORED_POLL_S
             if idle >= keepalive_s:
                 idle = 0.0
                 yield None
