@@ -172,7 +172,7 @@ def test_resume_after_a_drop_gives_the_full_text_sticky_or_from_the_database(
     conversation = cluster.user.new_conversation()
     seen = PageStream()
     # 130 tokens: 3.9 s. The sticky resume re-attaches to the reply on its owner within the page
-    # grace (5 s); the polled one alone would not keep it alive (see deploy/SCALING.md).
+    # grace (5 s); the polled one keeps it alive too, through NOTIFY attach (see the last test).
     with cluster.user.send(conversation, "resume me [[synthetic:tokens=130]]") as response:
         assert response.status_code == 200
         read_until(iter(SseReader(response)), seen, deltas=5)
