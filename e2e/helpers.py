@@ -315,20 +315,6 @@ class ChatPage:
     def samples(self) -> list[dict[str, Any]]:
         return self.page.evaluate("window.__sampler.takeRecords(), window.__samples")
 
-    def page_state(self) -> dict[str, Any]:
-        """Anything that a script smuggled into the page would have set or added."""
-        return self.page.evaluate(
-            """() => ({
-              pwned: window.__pwned === undefined ? null : String(window.__pwned),
-              injected: [...document.querySelectorAll(
-                "[data-testid=messages] :is(img, script, iframe, svg, object, embed, style)"
-              )].map((e) => e.outerHTML),
-              handlers: [...document.querySelectorAll("[data-testid=messages] *")]
-                .flatMap((e) => [...e.attributes].map((a) => a.name))
-                .filter((n) => n.startsWith("on")),
-            })"""
-        )
-
 
 def sse_body(events: list[tuple[str, int | None, dict[str, Any]]]) -> str:
     """A text/event-stream body from (event, id, data) triples."""

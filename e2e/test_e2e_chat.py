@@ -84,7 +84,7 @@ def test_history_comes_back_with_badges(
     chat.use_transport(transport)
     first = chat.send(STORY)
     chat.wait_text(first, 30)
-    chat.send_button.click()
+    chat.page.keyboard.press("Escape")  # Esc stops a reply, as the composer's hint says
     expect(chat.badge(first)).to_have_text("stopped", timeout=15_000)
     second = chat.send("Now tell me a long story about a knight.")
     assert chat.wait_done(second) == "length"
@@ -148,4 +148,30 @@ def test_network_drop_mid_reply_resumes_without_gaps_or_repeats(
     expect(reply.get_by_test_id("message-details")).to_contain_text(
         "WebSocket" if transport == "ws" else "SSE"
     )
+    wait_engine_idle(admin.context.request)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_reload_mid_reply_picks_the_reply_up(
+    new_user: Callable[..., User], admin: User, transport: str
+) -> None:
+    """Reloading while a reply streams: the page shows the stored part, resumes the stream where
+    the stored text ends, and finishes with exactly the stored reply."""
+    chat = ChatPage(new_user().page).open()
+    chat.use_transport(transport)
+    reply = chat.send(STORY)
+    chat.wait_text(reply, 40)
+    message_id = reply.get_attribute("data-message-id")
+
+    chat.reload()
+    again = chat.assistant_messages().last
+    expect(again).to_have_attribute("data-message-id", message_id or "")
+    expect(again).to_have_attribute("data-status", "streaming")
+    expect(chat.send_button).to_have_attribute("data-state", "streaming")
+    expect(again).to_have_attribute("data-transport", transport)
+    status = chat.wait_done(again)
+    assert status in ("completed", "length"), status
+    stored = chat.stored(again)
+    assert stored["status"] == status
+    chat.assert_screen_is(again, stored["content"])
     wait_engine_idle(admin.context.request)

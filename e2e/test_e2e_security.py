@@ -51,22 +51,44 @@ REPLY_PAYLOAD = (
 )
 
 
+# Where user and model text is shown: the messages, the conversation's title and link, and the
+# admin console's titles and message texts (the page's own icons live elsewhere).
+CONTENT = ", ".join(
+    [
+        "[data-testid=messages]",
+        "[data-testid=conversation-link]",
+        "[data-testid=conversation-title]",
+        "[data-testid=admin-conversations] tbody",
+        ".admin-content",
+        ".admin-main h1",
+    ]
+)
+
+
 def assert_nothing_ran(page: Page, requested: list[str], where: str) -> None:
     state = page.evaluate(
-        """() => ({
-          pwned: window.__pwned === undefined ? null : String(window.__pwned),
-          injected: [...document.body.querySelectorAll(
-            "img, script, iframe, svg, object, embed, style, link, meta, base, form[action^=j]"
-          )].filter((e) => !(e.matches("script[src^='/static/js/']") && !e.textContent))
-            .map((e) => e.outerHTML),
-          handlers: [...document.body.querySelectorAll("*")].flatMap((e) =>
-            [...e.attributes].filter((a) => a.name.startsWith("on")).map((a) => e.outerHTML)),
-          hrefs: [...document.body.querySelectorAll("[href], [src]")]
-            .map((e) => e.getAttribute("href") ?? e.getAttribute("src"))
-            .filter((h) => !/^(https?:\\/\\/|\\/(?!\\/)|#)/.test(h)),
-        })"""
+        """(where) => {
+          const areas = [...document.querySelectorAll(where)];
+          const inside = (selector) => areas.flatMap((a) => [...a.querySelectorAll(selector)]);
+          return {
+            areas: areas.length > 0,
+            pwned: window.__pwned === undefined ? null : String(window.__pwned),
+            injected: inside(
+              "img, script, iframe, svg, object, embed, style, link, meta, base, form, input"
+            ).map((e) => e.outerHTML),
+            handlers: [...document.querySelectorAll("*")].flatMap((e) =>
+              [...e.attributes].filter((a) => a.name.startsWith("on")).map(() => e.outerHTML)),
+            hrefs: inside("[href], [src]")
+              .map((e) => e.getAttribute("href") ?? e.getAttribute("src"))
+              .filter((h) => !/^(https?:\\/\\/|\\/(?!\\/)|#)/.test(h)),
+          };
+        }""",
+        CONTENT,
     )
-    assert state == {"pwned": None, "injected": [], "handlers": [], "hrefs": []}, (where, state)
+    assert state == {"areas": True, "pwned": None, "injected": [], "handlers": [], "hrefs": []}, (
+        where,
+        state,
+    )
     assert not requested, f"{where}: the payload's src was requested: {requested}"
 
 
