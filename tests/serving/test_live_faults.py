@@ -166,12 +166,18 @@ def fast_server(backend: str, module_dir: Path) -> Iterator[LiveServer]:
 
 
 @dataclass
-class PacedReader:
-    """Reads a stream in a thread, as a healthy client does, noting when each event arrives."""
+class HealthyReader:
+    """Reads a long reply in a thread as fast as it comes, noting when each chunk arrives.
+
+    It does not parse the events (the test process must not eat the CPU the server needs): it
+    keeps the arrival times, the message id from the start event, and the stream's last bytes.
+    """
 
     client: PageClient
     conversation: str
-    record: PageStream = field(default_factory=PageStream)
+    arrivals: list[float] = field(default_factory=list)
+    head: bytes = b""
+    tail: bytes = b""
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
@@ -183,13 +189,28 @@ class PacedReader:
             with self.client.send(
                 self.conversation, f"[[synthetic:tokens={HUGE}]] Healthy", max_tokens=HUGE
             ) as response:
-                read_stream(response, self.record)
+                assert response.status_code == 200
+                for chunk in response.iter_raw():
+                    self.arrivals.append(time.monotonic())
+                    if len(self.head) < 4096:
+                        self.head += chunk
+                    self.tail = (self.tail + chunk)[-4096:]
         except BaseException as exc:
             self.error = exc
 
+    @property
+    def message_id(self) -> str:
+        return message_id_in(self.head)
+
     def gaps_between(self, start: float, end: float) -> list[float]:
-        times = [e.at for e in self.record.events if start <= e.at <= end]
+        times = [t for t in self.arrivals if start <= t <= end]
         return [b - a for a, b in pairwise(times)]
+
+
+def message_id_in(data: bytes) -> str:
+    match = re.search(rb'"message_id":"([0-9a-f-]{36})"', data)
+    assert match is not None, data[:500]
+    return match.group(1).decode()
 
 
 def open_stalled_stream(server: LiveServer, client: PageClient, conversation: str) -> socket.socket:
@@ -229,20 +250,17 @@ def test_a_stalled_reader_is_cut_off_and_others_keep_their_pace(fast_server: Liv
     stays bounded (the stalled client costs a cursor, not a queue of events)."""
     admin = PageClient(fast_server.url)
     admin.signup("stall-admin@example.com")
-    healthy = PacedReader(admin, admin.new_conversation())
+    healthy = HealthyReader(admin, admin.new_conversation())
     deadline = time.monotonic() + 30
-    while len(healthy.record.deltas) < 50:
+    while len(healthy.arrivals) < 50:
         assert time.monotonic() < deadline and healthy.error is None, healthy.error
         time.sleep(0.05)
     rss_before = fast_server.rss_kb()
 
     stalled_conversation = admin.new_conversation()
     sock = open_stalled_stream(fast_server, admin, stalled_conversation)
-    head = read_until(sock, rb'"message_id":"[0-9a-f-]{36}"')
+    stalled_id = message_id_in(read_until(sock, rb'"message_id":"[0-9a-f-]{36}"'))
     stalled_at = time.monotonic()
-    match = re.search(rb'"message_id":"([0-9a-f-]{36})"', head)
-    assert match is not None
-    stalled_id = match.group(1).decode()
 
     rss_peak = rss_before
     while True:
@@ -260,15 +278,14 @@ def test_a_stalled_reader_is_cut_off_and_others_keep_their_pace(fast_server: Liv
     assert healthy.error is None and healthy.thread.is_alive()
 
     gaps = healthy.gaps_between(stalled_at, cut_at)
-    assert len(gaps) > 100, "the healthy stream stalled too"
+    assert len(gaps) > 20, "the healthy stream stalled too"
     assert max(gaps) < 1.0, f"the healthy stream had a {max(gaps):.2f} s gap"
     assert statistics.median(gaps) < 0.05
 
-    healthy_id = healthy.record.message_id
-    assert admin.cancel(healthy_id).json()["status"] == "cancelled"
+    assert admin.cancel(healthy.message_id).json()["status"] == "cancelled"
     healthy.thread.join(timeout=30)
-    assert healthy.record.end is not None
-    assert healthy.record.end.json()["status"] == "cancelled"
+    assert healthy.error is None and not healthy.thread.is_alive()
+    assert b"event: final" in healthy.tail and b'"status":"cancelled"' in healthy.tail
     stats = admin.wait_engine_idle(timeout_s=5)
     assert stats["running"] == 0 and stats["kv_used"] == 0
 

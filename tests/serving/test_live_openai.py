@@ -20,12 +20,6 @@ GREEDY: dict[str, Any] = {"temperature": 0, "seed": 3}
 STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
 
 
-@pytest.fixture(scope="module")
-def server_env_overrides() -> dict[str, object]:
-    # Small, so that a request the server wrongly accepts (max_tokens=0) still ends quickly.
-    return {"DEFAULT_MAX_TOKENS": 32}
-
-
 def api_replies(database_url: str) -> dict[str, dict[str, Any]]:
     """Every assistant row of an API conversation, by id."""
     rows = query(
