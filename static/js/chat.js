@@ -9,7 +9,7 @@
 
 import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { $, copyText, flash, h, icon } from "./dom.js";
-import { renderMarkdown } from "./markdown.js";
+import { nodeToDOM, parseMarkdown } from "./markdown.js";
 import { FINAL_STATUSES, ReplyState, tokensPerSecond } from "./reply.js";
 import { ReplyStream } from "./stream.js";
 import { SseTransport } from "./transport-sse.js";
@@ -123,6 +123,17 @@ function updateEmptyState() {
 
 let viewCounter = 0;
 
+/** Code blocks get their language label (CSS reads data-lang) and a copy button. */
+function decorateCode(node) {
+  const pres = node.nodeName === "PRE" ? [node] : node.querySelectorAll ? node.querySelectorAll("pre") : [];
+  for (const pre of pres) {
+    const code = pre.querySelector("code");
+    const lang = code && /(?:^|\s)language-([\w+#.-]+)/.exec(code.className);
+    if (lang) pre.dataset.lang = lang[1];
+    pre.append(h("button", { type: "button", class: "code-copy", "aria-label": "Copy code", title: "Copy code" }));
+  }
+}
+
 class MessageView {
   /**
    * @param role   "user" | "assistant"
@@ -172,7 +183,11 @@ class MessageView {
     }
   }
 
-  /** Render the text now (markdown for replies, plain text for the user's words). */
+  /**
+   * Render the text now (markdown for replies, plain text for the user's words).
+   * While a reply grows, only its last blocks change: top-level blocks whose parse is unchanged
+   * keep their DOM nodes, so a long reply does not re-layout from the top on every token.
+   */
   renderNow() {
     cancelAnimationFrame(this.raf);
     clearTimeout(this.timer);
@@ -183,14 +198,23 @@ class MessageView {
       return;
     }
     const t0 = performance.now();
-    const frag = renderMarkdown(this.reply.text);
-    for (const pre of frag.querySelectorAll("pre")) {
-      const code = pre.querySelector("code");
-      const lang = code && /(?:^|\s)language-([\w+#.-]+)/.exec(code.className);
-      if (lang) pre.dataset.lang = lang[1];
-      pre.append(h("button", { type: "button", class: "code-copy", "aria-label": "Copy code", title: "Copy code" }));
+    const blocks = parseMarkdown(this.reply.text).children;
+    const keys = blocks.map((b) => JSON.stringify(b));
+    const old = this.blockKeys || [];
+    const nodes = this.blockNodes || [];
+    let same = 0;
+    while (same < old.length && same < keys.length && old[same] === keys[same] && nodes[same]?.parentNode === this.textEl) same++;
+    if (same === 0) this.textEl.replaceChildren();
+    for (let k = same; k < nodes.length; k++) nodes[k].remove();
+    nodes.length = same;
+    for (let k = same; k < blocks.length; k++) {
+      const node = nodeToDOM(blocks[k]);
+      decorateCode(node);
+      this.textEl.append(node);
+      nodes.push(node);
     }
-    this.textEl.replaceChildren(frag);
+    this.blockKeys = keys;
+    this.blockNodes = nodes;
     const cost = performance.now() - t0;
     // Long replies cost more to re-render: render less often rather than stall the page.
     this.nextRenderAt = cost > 8 ? performance.now() + cost * 3 : 0;

@@ -75,6 +75,11 @@ export function toDOM(tree, doc = globalThis.document) {
   return frag;
 }
 
+/** Build the DOM for one node of the tree (the same allowlists as toDOM). */
+export function nodeToDOM(node, doc = globalThis.document) {
+  return build(node, doc);
+}
+
 function build(node, doc) {
   if (node == null) return null;
   if (typeof node.text === "string") return doc.createTextNode(node.text);
