@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -532,6 +533,13 @@ def query(database_url: str, sql: str, **params: Any) -> list[dict[str, Any]]:
             await engine.dispose()
 
     return asyncio.run(run())
+
+
+def uuid_text(value: Any) -> str:
+    """A UUID column's value as text: SQLite hands back 16 raw bytes, PostgreSQL a UUID."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return str(uuid.UUID(bytes=bytes(value)))
+    return str(uuid.UUID(str(value)))
 
 
 def row_counts(database_url: str) -> dict[str, int]:

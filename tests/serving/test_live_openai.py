@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.live_server import LiveServer, PageClient, query
+from tests.live_server import LiveServer, PageClient, query, uuid_text
 
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 3}
 STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
@@ -28,7 +28,7 @@ def api_replies(database_url: str) -> dict[str, dict[str, Any]]:
         " FROM messages m JOIN conversations c ON c.id = m.conversation_id"
         " WHERE c.source = 'api' AND m.role = 'assistant'",
     )
-    return {str(row["id"]): row for row in rows}
+    return {uuid_text(row["id"]): {**row, "id": uuid_text(row["id"])} for row in rows}
 
 
 @pytest.fixture
@@ -217,3 +217,29 @@ def test_bad_parameters_are_400_and_write_nothing(
     assert raised.value.status_code == status
     assert raised.value.body["message"]  # type: ignore[index]
     assert query(live_database_url, "SELECT count(*) AS n FROM conversations") == counts_before
+
+
+def test_a_non_streaming_client_that_gives_up_stops_the_reply(
+    client: openai.OpenAI,
+    model: str,
+    alice: PageClient,
+    new_api_reply: Callable[..., dict[str, Any]],
+) -> None:
+    """A non-streaming call whose client gives up (here: a 1 s timeout) is a disconnect like a
+    closed stream: with an API grace of 0 the row becomes `disconnected` within moments and the
+    engine stops, instead of generating a reply nobody will receive."""
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=1.0).chat.completions.create(
+            model=model, messages=STORY, max_tokens=400, **GREEDY
+        )
+    given_up_at = time.monotonic()
+    row = new_api_reply(wait=False)
+    try:
+        stored = new_api_reply(timeout_s=5.0)
+        assert time.monotonic() - given_up_at < 3.0
+        assert stored["status"] == "disconnected"
+        assert stored["completion_tokens"] < 400
+    finally:  # do not leave the engine busy for the next tests
+        if new_api_reply(wait=False)["status"] == "streaming":
+            alice.post(f"/admin/api/live/{row['id']}/kill")
+            new_api_reply(timeout_s=10.0)

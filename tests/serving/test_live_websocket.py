@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from websockets.sync.client import ClientConnection, connect
 from tests.live_server import LiveServer, PageClient, row_counts
 
 LONG = "[[synthetic:tokens=100000]] Tell me everything."
+PAGE_GRACE_S = 2.0  # BASE_ENV's PAGE_GRACE_S
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +175,26 @@ def test_resume_over_a_new_socket_after_a_drop(server: LiveServer, alice: PageCl
         replay = WsReply().read(ws)
         assert replay.text == stored["content"][7:]
         assert replay.end is not None and replay.end["status"] == "completed"
+
+
+def test_a_closed_socket_is_disconnected_after_the_grace(
+    server: LiveServer, alice: PageClient
+) -> None:
+    """Closing the socket mid-reply is a drop like any other: the reply goes on for the page
+    grace, then ends `disconnected`, holding at least what the socket delivered, engine freed."""
+    conversation = alice.new_conversation()
+    with open_socket(server, alice) as ws:
+        send_json(ws, {"type": "send", "conversation_id": conversation, "content": LONG,
+                       "max_tokens": 2000})  # fmt: skip
+        reply = WsReply().read(ws, until_deltas=3)
+    closed_at = time.time()
+
+    stored = alice.wait_final(conversation, reply.start["message_id"])
+    assert stored["status"] == "disconnected"
+    finished_at = datetime.fromisoformat(stored["finished_at"]).timestamp()
+    assert finished_at - closed_at >= PAGE_GRACE_S * 0.8
+    assert stored["content"].startswith(reply.text)
+    assert alice.wait_engine_idle(timeout_s=5)["running"] == 0
 
 
 def close_frame(ws: ClientConnection) -> tuple[int, str]:
