@@ -1000,4 +1000,5 @@ updateComposer();
 loadConversations().then(() => {
   if (root) root.dataset.ready = "true";
 });
-els.input.focus();
+// Focus the composer, except on touch screens, where that would pop the keyboard up at once.
+if (window.matchMedia("(pointer: fine)").matches) els.input.focus();
