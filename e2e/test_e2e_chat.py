@@ -24,6 +24,7 @@ from e2e.helpers import (
 )
 
 TRANSPORTS = ["sse", "ws"]
+ESSAY = "Write a 2000-word essay about the history of Rome."
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -74,28 +75,34 @@ def test_stop_mid_reply_then_reload(
     )
 
 
+# The page's badge for each stored end state (a completed reply has none).
+BADGES = {"cancelled": "stopped", "length": "length limit", "completed": None}
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_history_comes_back_with_badges(
     new_user: Callable[..., User], admin: User, transport: str
 ) -> None:
-    """A conversation with a stopped reply and a reply cut by the token limit: after a reload
-    both come back in order, with their texts and their badges ("stopped", "length limit")."""
+    """A conversation with a stopped reply and one cut by the token limit (a 2000-word essay
+    takes far more than DEFAULT_MAX_TOKENS): after a reload both come back in order, with their
+    texts and their badges ("stopped", "length limit")."""
     chat = ChatPage(new_user().page).open()
     chat.use_transport(transport)
     first = chat.send(STORY)
     chat.wait_text(first, 30)
     chat.page.keyboard.press("Escape")  # Esc stops a reply, as the composer's hint says
     expect(chat.badge(first)).to_have_text("stopped", timeout=15_000)
-    second = chat.send("Now tell me a long story about a knight.")
+    second = chat.send(ESSAY)
     assert chat.wait_done(second) == "length"
     expect(chat.badge(second)).to_have_text("length limit")
+    expected = [("cancelled", "stopped"), ("length", "length limit")]
     texts = [chat.raw_text(first), chat.raw_text(second)]
 
     chat.reload()
     replies = chat.assistant_messages()
     expect(replies).to_have_count(2)
     expect(chat.user_messages()).to_have_count(2)
-    for index, (status, badge) in enumerate([("cancelled", "stopped"), ("length", "length limit")]):
+    for index, (status, badge) in enumerate(expected):
         expect(replies.nth(index)).to_have_attribute("data-status", status)
         expect(chat.badge(replies.nth(index))).to_have_text(badge)
         chat.assert_screen_is(replies.nth(index), texts[index])
@@ -113,7 +120,7 @@ def test_network_drop_mid_reply_resumes_without_gaps_or_repeats(
     user = new_user()
     chat = ChatPage(user.page).open()
     chat.use_transport(transport)
-    reply = chat.send(STORY)
+    reply = chat.send(ESSAY)
     chat.wait_text(reply, 40)
     message_id = reply.get_attribute("data-message-id")
     assert message_id
@@ -138,6 +145,7 @@ def test_network_drop_mid_reply_resumes_without_gaps_or_repeats(
 
     status = chat.wait_done(reply)
     assert status in ("completed", "length"), status
+    expect(chat.badge(reply)).to_have_count(1 if BADGES[status] else 0)
     stored = chat.stored(reply)
     assert stored["status"] == status
     assert stored["content"].startswith(offline_text)
