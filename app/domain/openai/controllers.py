@@ -7,8 +7,11 @@ closing the stream stops the engine at once (status `disconnected`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
@@ -22,7 +25,7 @@ from app.domain.chat import service
 from app.domain.chat.controllers import start_reply
 from app.domain.openai.schemas import ChatCompletionRequest, openai_error
 from app.engine.base import SamplingParams
-from app.streaming.events import Delta, Final, Start
+from app.streaming.events import Delta, Final
 from app.streaming.framing import OpenAIChunks, openai_completion
 from app.web.auth import api_key_user, services_of
 from app.web.sse import sse_response
@@ -116,24 +119,48 @@ async def chat_completions(request: Request, user: User) -> Response[Any] | Stre
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         chunks = OpenAIChunks(completion_id, model, include_usage)
         return sse_response(events, chunks.frame)
-    return await _complete(events, completion_id, model)
+    return await _complete(request, events, completion_id, model)
 
 
-async def _complete(events: Any, completion_id: str, model: str) -> Response[Any]:
+async def _complete(
+    request: Request, events: AsyncGenerator[Any, None], completion_id: str, model: str
+) -> Response[Any]:
+    """Collect the whole reply; a client that gives up first (it disconnects) stops it."""
     created = int(time.time())
-    parts: list[str] = []
-    final: Final | None = None
-    async for event in events:
-        if isinstance(event, Delta):
-            parts.append(event.text)
-        elif isinstance(event, Final):
-            final = event
-        elif event is None or isinstance(event, Start):
-            continue
+    collector = asyncio.create_task(_collect(events))
+    watcher = asyncio.create_task(_until_disconnected(request))
+    try:
+        await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not collector.done():  # the client left: closing the stream ends the reply (grace 0)
+        collector.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await collector
+        return Response(openai_error("client disconnected", kind="server_error"), status_code=499)
+    text, final = collector.result()
     if final is None or final.status.value == "failed":
         message = final.error if final and final.error else "generation failed"
         return Response(openai_error(message, kind="server_error"), status_code=500)
-    return Response(openai_completion(completion_id, model, "".join(parts), final, created))
+    return Response(openai_completion(completion_id, model, text, final, created))
+
+
+async def _collect(events: AsyncGenerator[Any, None]) -> tuple[str, Final | None]:
+    parts: list[str] = []
+    final: Final | None = None
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, Delta):
+                parts.append(event.text)
+            elif isinstance(event, Final):
+                final = event
+    return "".join(parts), final
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @get("/models")
