@@ -15,6 +15,7 @@ When a test fails, the server log written during it is attached to the report.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,12 @@ E2E_ENV: dict[str, object] = {
     # A page whose network drops for a couple of seconds must find its reply still running.
     "PAGE_GRACE_S": 15,
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_failure_screenshots() -> None:
+    """artifacts/failures/ shows the failures of this run only."""
+    shutil.rmtree(ARTIFACTS / "failures", ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
