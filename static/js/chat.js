@@ -538,7 +538,7 @@ function touchConversation(id, content) {
   if (idx === -1) return;
   const [c] = state.conversations.splice(idx, 1);
   c.updated_at = new Date().toISOString();
-  if (content && (!c.title || c.title === DEFAULT_TITLE)) c.title = content.slice(0, 80);
+  if (content && (!c.title || c.title === DEFAULT_TITLE)) c.title = [...content].slice(0, 80).join(""); // code points, as the server cuts it
   state.conversations.unshift(c);
   renderConversationList();
   if (id === state.currentId) setTitle(conversationTitle(c));
