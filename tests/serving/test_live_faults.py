@@ -250,58 +250,66 @@ def test_a_stalled_reader_is_cut_off_and_others_keep_their_pace(fast_server: Liv
     stays bounded (the stalled client costs a cursor, not a queue of events)."""
     admin = PageClient(fast_server.url)
     admin.signup("stall-admin@example.com")
-    healthy = HealthyReader(admin, admin.new_conversation())
-    deadline = time.monotonic() + 30
-    while len(healthy.arrivals) < 50:
-        assert time.monotonic() < deadline and healthy.error is None, healthy.error
-        time.sleep(0.05)
-    rss_before = fast_server.rss_kb()
+    healthy: HealthyReader | None = None
+    sock: socket.socket | None = None
+    try:
+        healthy = HealthyReader(admin, admin.new_conversation())
+        deadline = time.monotonic() + 30
+        while len(healthy.arrivals) < 50:
+            assert time.monotonic() < deadline and healthy.error is None, healthy.error
+            time.sleep(0.05)
+        rss_before = fast_server.rss_kb()
 
-    stalled_conversation = admin.new_conversation()
-    sock = open_stalled_stream(fast_server, admin, stalled_conversation)
-    stalled_id = message_id_in(read_until(sock, rb'"message_id":"[0-9a-f-]{36}"'))
-    stalled_at = time.monotonic()
+        stalled_conversation = admin.new_conversation()
+        sock = open_stalled_stream(fast_server, admin, stalled_conversation)
+        stalled_id = message_id_in(read_until(sock, rb'"message_id":"[0-9a-f-]{36}"'))
+        stalled_at = time.monotonic()
 
-    rss_peak = rss_before
-    while True:
-        rss_peak = max(rss_peak, fast_server.rss_kb())
-        stored = admin.message(stalled_conversation, stalled_id)
-        if stored["status"] != "streaming":
-            break
-        assert time.monotonic() - stalled_at < 60, "the stalled reader was never cut off"
-        time.sleep(0.1)
-    cut_at = time.monotonic()
-
-    assert stored["status"] == "disconnected"
-    assert cut_at - stalled_at >= CLIENT_DEADLINE_S
-    assert len(stored["content"]) > 10_000  # it did stream a lot before the buffers filled
-    assert healthy.error is None and healthy.thread.is_alive()
-
-    gaps = healthy.gaps_between(stalled_at, cut_at)
-    assert len(gaps) > 20, "the healthy stream stalled too"
-    assert max(gaps) < 1.0, f"the healthy stream had a {max(gaps):.2f} s gap"
-    assert statistics.median(gaps) < 0.05
-
-    assert admin.cancel(healthy.message_id).json()["status"] == "cancelled"
-    healthy.thread.join(timeout=30)
-    assert healthy.error is None and not healthy.thread.is_alive()
-    assert b"event: final" in healthy.tail and b'"status":"cancelled"' in healthy.tail
-    stats = admin.wait_engine_idle(timeout_s=5)
-    assert stats["running"] == 0 and stats["kv_used"] == 0
-
-    growth_mb = (rss_peak - rss_before) / 1024
-    assert growth_mb < 200, f"the server grew by {growth_mb:.0f} MB"
-
-    # The stalled connection, once drained, ends without a final event: it was given up on.
-    sock.settimeout(10)
-    rest = b""
-    with contextlib.suppress(TimeoutError):
-        while not rest.endswith(b"0\r\n\r\n"):
-            chunk = sock.recv(1 << 20)
-            if not chunk:
+        rss_peak = rss_before
+        while True:
+            rss_peak = max(rss_peak, fast_server.rss_kb())
+            stored = admin.message(stalled_conversation, stalled_id)
+            if stored["status"] != "streaming":
                 break
-            rest += chunk
-    sock.close()
-    assert rest.endswith(b"0\r\n\r\n"), rest[-300:]
-    assert b"event: final" not in rest and b"event: error" not in rest
-    admin.close()
+            assert time.monotonic() - stalled_at < 60, "the stalled reader was never cut off"
+            time.sleep(0.1)
+        cut_at = time.monotonic()
+
+        assert stored["status"] == "disconnected"
+        assert cut_at - stalled_at >= CLIENT_DEADLINE_S
+        assert len(stored["content"]) > 10_000  # it did stream a lot before the buffers filled
+        assert healthy.error is None and healthy.thread.is_alive()
+
+        gaps = healthy.gaps_between(stalled_at, cut_at)
+        assert len(gaps) > 20, "the healthy stream stalled too"
+        assert max(gaps) < 1.0, f"the healthy stream had a {max(gaps):.2f} s gap"
+        assert statistics.median(gaps) < 0.05
+
+        assert admin.cancel(healthy.message_id).json()["status"] == "cancelled"
+        healthy.thread.join(timeout=30)
+        assert healthy.error is None and not healthy.thread.is_alive()
+        assert b"event: final" in healthy.tail and b'"status":"cancelled"' in healthy.tail
+        stats = admin.wait_engine_idle(timeout_s=5)
+        assert stats["running"] == 0 and stats["kv_used"] == 0
+
+        growth_mb = (rss_peak - rss_before) / 1024
+        assert growth_mb < 200, f"the server grew by {growth_mb:.0f} MB"
+
+        # The stalled connection, once drained, ends without a final event: it was given up on.
+        sock.settimeout(10)
+        rest = b""
+        with contextlib.suppress(TimeoutError):
+            while not rest.endswith(b"0\r\n\r\n"):
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                rest += chunk
+        assert rest.endswith(b"0\r\n\r\n"), rest[-300:]
+        assert b"event: final" not in rest and b"event: error" not in rest
+    finally:  # a failed run must not leave a reply streaming at full speed
+        if sock is not None:
+            sock.close()
+        if healthy is not None and healthy.thread.is_alive():
+            with contextlib.suppress(Exception):
+                admin.cancel(healthy.message_id)
+        admin.close()
