@@ -29,6 +29,11 @@ _LEVELS = {
     4: logging.ERROR,
 }  # info is chatter
 _last_level = logging.DEBUG
+_EXPECTED_WARNINGS = (
+    # with a unified KV pool llama.cpp compares the whole pool to the trained context; the engine
+    # itself caps each sequence at min(context_size, n_ctx_train)
+    b"n_ctx_seq (",
+)
 
 
 @C.llama_log_callback
@@ -37,6 +42,8 @@ def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     global _last_level
     py_level = _last_level if level == 5 else _LEVELS.get(level, logging.DEBUG)
     _last_level = py_level
+    if py_level >= logging.WARNING and any(m in text for m in _EXPECTED_WARNINGS):
+        py_level = logging.DEBUG
     if _native_log.isEnabledFor(py_level):
         _native_log.log(py_level, "%s", text.decode("utf-8", "replace").rstrip("\n"))
 
@@ -71,8 +78,9 @@ class ContextConfig:
     kv_cells: int  # n_ctx: KV cells shared by all sequences (kv_unified)
     max_seqs: int  # n_seq_max: distinct sequence ids
     batch_tokens: int  # n_batch = n_ubatch: the most tokens one step may submit
-    threads: int
+    threads: int  # for batches of 2+ tokens
     flash_attn: bool
+    single_token_threads: int | None = None  # for 1-token batches; None: `threads`
 
 
 class StepBatch:
@@ -182,7 +190,7 @@ class NativeModel:
         params.n_ubatch = min(config.batch_tokens, MAX_UBATCH)
         params.n_seq_max = config.max_seqs
         params.kv_unified = True  # one pool of cells, any sequence may use any of them
-        params.n_threads = config.threads
+        params.n_threads = config.single_token_threads or config.threads
         params.n_threads_batch = config.threads
         params.flash_attn_type = (
             C.LLAMA_FLASH_ATTN_TYPE_ENABLED

@@ -101,6 +101,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         logging_config=LoggingConfig(
             root={"level": "INFO", "handlers": ["queue_listener"]},
             log_exceptions="always",
+            disable_stack_trace={400, 401, 403, 404, 405, 409, 413, 422, 429, 503},  # client errors
         ),
         debug=settings.debug,
     )

@@ -63,7 +63,7 @@ class AuthController(Controller):
         login(request, user)
         return user_json(user)
 
-    @post("/auth/login")
+    @post("/auth/login", status_code=200)
     async def login(self, request: Request, data: Credentials) -> Response[dict[str, object]]:
         limiter = request.app.state.login_limiter
         address, email = _client_address(request), accounts.normalize_email(data.email)

@@ -54,12 +54,14 @@ class SendRequest(SendMessage, forbid_unknown_fields=True):
 class CancelRequest(msgspec.Struct, forbid_unknown_fields=True):
     type: str
     message_id: UUID
+    client_ref: str | None = None
 
 
 class ResumeRequest(msgspec.Struct, forbid_unknown_fields=True):
     type: str
     message_id: UUID
     after: int = 0
+    client_ref: str | None = None
 
 
 def same_origin(socket: WebSocket) -> bool:
@@ -163,7 +165,7 @@ class ChatSocket:
 
     async def on_resume(self, request: ResumeRequest) -> None:
         reply = await self._find(request.message_id)
-        self.stream(reply, after=max(0, request.after))
+        self.stream(reply, after=max(0, request.after), client_ref=request.client_ref)
 
     def stream(
         self, reply: Generation | Message, *, after: int, client_ref: str | None = None

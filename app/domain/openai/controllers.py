@@ -42,7 +42,8 @@ class OpenAIError(HTTPException):
 def _params(body: ChatCompletionRequest, context_size: int, default_max: int) -> SamplingParams:
     if body.n != 1:
         raise OpenAIError("only n=1 is supported", param="n")
-    max_tokens = body.max_completion_tokens or body.max_tokens or default_max
+    given = (body.max_completion_tokens, body.max_tokens)
+    max_tokens = next((v for v in given if v is not None), default_max)  # 0 is given, and wrong
     if not 1 <= max_tokens <= context_size:
         raise OpenAIError(f"max_tokens must be between 1 and {context_size}", param="max_tokens")
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
