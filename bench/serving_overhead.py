@@ -47,6 +47,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -199,6 +200,20 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError(f"the server did not get ready in {ready_timeout_s:.0f} s")
 
+    def errors(self) -> Counter[str]:
+        """Exceptions in the server's log (`module.SomeError: message` lines), counted."""
+        found: Counter[str] = Counter()
+        with contextlib.suppress(OSError):
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                m = re.match(r"^([\w.]+(?:Error|Exception)): (.*)", line)
+                if m:
+                    found[f"{m.group(1)}: {m.group(2)[:100]}"] += 1
+        return found
+
+    def print_errors(self) -> None:
+        for what, n in self.errors().most_common(8):
+            print(f"  server log: {n} x {what}")
+
     def cpu(self) -> tuple[float, float]:
         """(all threads, event-loop thread) CPU seconds so far."""
         return proc_cpu_s(self.pid), proc_cpu_s(self.pid, self.pid)
@@ -245,7 +260,11 @@ def loop_name() -> str:
 def new_client(base: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=base,
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+        # keepalive_expiry under uvicorn's 5 s keep-alive timeout: a pooled connection the server
+        # is closing at that very moment would fail the next request (ReadError)
+        limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0
+        ),
         timeout=httpx.Timeout(None, connect=60.0),
     )
 
@@ -270,9 +289,15 @@ async def new_conversations(client: httpx.AsyncClient, n: int, parallel: int = 1
 
     async def one(i: int) -> str:
         async with gate:
-            r = await client.post(
-                "/api/conversations/", json={"title": f"bench {i}"}, headers=csrf(client)
-            )
+            for attempt in range(3):
+                try:
+                    r = await client.post(
+                        "/api/conversations/", json={"title": f"bench {i}"}, headers=csrf(client)
+                    )
+                    break
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    if attempt == 2:
+                        raise
             r.raise_for_status()
             return r.json()["id"]
 
@@ -1132,6 +1157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             finally:
                 server.stop()
+                server.print_errors()
             all_reports += reps
             print(SUMMARY_NOTE)
             print_table(SUMMARY_HEADERS, [summary_row(r, reps[0]) for r in reps])
@@ -1163,6 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             finally:
                 server.stop()
+                server.print_errors()
             all_reports += reps
             print(SUMMARY_NOTE)
             print_table(SUMMARY_HEADERS, [summary_row(r, reps[0]) for r in reps])
