@@ -38,6 +38,13 @@ def alembic_config(database_url: str | None = None) -> Config:
     return config
 
 
+def head_revision() -> str | None:
+    """The newest revision in migrations/ (what `upgrade head` reaches)."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def _run(connection: Connection, action: str, revision: str) -> None:
     config = alembic_config()
     config.attributes["connection"] = connection

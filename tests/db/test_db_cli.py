@@ -12,10 +12,12 @@ import pytest
 
 from app import cli
 from app.db.engine import create_engine, make_sessionmaker
-from app.db.migrate import PROJECT_ROOT
+from app.db.migrate import PROJECT_ROOT, head_revision
 from app.domain.accounts.models import User
 from app.domain.accounts.service import authenticate, get_user_by_email
 from app.settings import Settings
+
+HEAD = head_revision()
 
 
 def _settings(url: str) -> Settings:
@@ -43,7 +45,7 @@ def test_db_upgrade_and_downgrade(
     assert "db upgrade" in capsys.readouterr().err
 
     assert cli.main(["db", "upgrade"], settings) == 0
-    assert capsys.readouterr().out.strip() == "0001"
+    assert capsys.readouterr().out.strip() == HEAD
     assert cli.main(["db", "downgrade", "base"], settings) == 0
     assert capsys.readouterr().out.strip() == "(no revision)"
 
@@ -86,4 +88,4 @@ def test_module_entry_point(database_url: str) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "0001"
+    assert result.stdout.strip() == HEAD

@@ -22,13 +22,14 @@ from app.db.migrate import (
     VERSION_TABLE,
     current_revision,
     downgrade_database_async,
+    head_revision,
     upgrade_database_async,
 )
 from app.db.models import Base
 from app.settings import Settings
 
 OUR_TABLES = {"users", "api_keys", "conversations", "messages"}
-HEAD = "0001"
+HEAD = head_revision()
 
 
 async def _inspect(url: str, fn):  # type: ignore[no-untyped-def]
