@@ -38,7 +38,9 @@ class EngineSettings:
     context_size: int = 2048  # tokens one sequence may hold: prompt + reply
     max_seqs: int = 16  # sequences decoding at once; the rest wait in FIFO order
     kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
-    threads: int = max(1, os.cpu_count() or 1)
+    # One core is left to the web server: llama.cpp's threads spin, and a loop starved of CPU
+    # delays every token on its way out.
+    threads: int = max(1, (os.cpu_count() or 1) - 1)
     step_token_budget: int = 64  # tokens per engine step: decodes first, then prefill chunks
     trtllm_in_process: bool = True  # TLLM_WORKER_USE_SINGLE_PROCESS=1 (see app/engine/trtllm.py)
     synthetic_step_ms: float = 20.0  # synthetic engine: fixed cost of one step

@@ -47,8 +47,13 @@ class Subscriber:
         self.on_kill: Callable[[], None] | None = None  # e.g. close the WebSocket
         self._closed = False
         self._last_delta_at: float | None = None  # wall clock, for the delivered-latency metrics
+        # Labelled metrics resolved once, not per event.
+        self._coalesced_metric = metrics.COALESCED.labels(transport)
+        self._ttft_metric = metrics.DELIVERED_TTFT.labels(transport)
+        self._gap_metric = metrics.DELIVERED_GAP.labels(transport)
+        self._open_metric = metrics.OPEN_STREAMS.labels(transport)
         generation.attach(self)
-        metrics.OPEN_STREAMS.labels(transport).inc()
+        self._open_metric.inc()
 
     def wake(self) -> None:
         self._wake.set()
@@ -79,7 +84,8 @@ class Subscriber:
             return
         self._wake.clear()
         try:
-            await asyncio.wait_for(self._wake.wait(), keepalive_s)
+            async with asyncio.timeout(keepalive_s):  # a timer, not a task per wait
+                await self._wake.wait()
         except TimeoutError:
             pass
 
@@ -90,7 +96,7 @@ class Subscriber:
             merged = generation.parts_between(self.cursor, generation.length) - 1
             if merged:
                 self.coalesced += merged
-                metrics.COALESCED.labels(self.transport).inc(merged)
+                self._coalesced_metric.inc(merged)
             self.cursor += len(text)
             self.sent_events += 1
             self._observe_delivery()
@@ -104,11 +110,9 @@ class Subscriber:
         now = time.time()
         if self._last_delta_at is None:
             if self._from_start:  # a resumed stream's first event is no time-to-first-token
-                metrics.DELIVERED_TTFT.labels(self.transport).observe(
-                    now - self.generation.created_at
-                )
+                self._ttft_metric.observe(now - self.generation.created_at)
         else:
-            metrics.DELIVERED_GAP.labels(self.transport).observe(now - self._last_delta_at)
+            self._gap_metric.observe(now - self._last_delta_at)
         self._last_delta_at = now
 
     def stalled(self, now: float, deadline_s: float) -> bool:
@@ -141,4 +145,4 @@ class Subscriber:
     def _release(self) -> None:
         if not self._closed:
             self._closed = True
-            metrics.OPEN_STREAMS.labels(self.transport).dec()
+            self._open_metric.dec()

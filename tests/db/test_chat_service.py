@@ -94,6 +94,18 @@ async def test_add_turn_creates_the_question_and_a_streaming_reply(
     assert refreshed is not None and refreshed.updated_at >= stored_user.created_at
 
 
+async def test_add_turn_names_an_untitled_conversation_once(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    """The first message titles a "New chat"; later ones (and a chosen title) are left alone."""
+    owner = conversation.user_id
+    await chat.rename_conversation(db_sessions, owner, conversation.id, chat.DEFAULT_TITLE)
+    await chat.add_turn(db_sessions, conversation.id, "q", "m", title_if_untitled="First  question")
+    await chat.add_turn(db_sessions, conversation.id, "q", "m", title_if_untitled="Second")
+    named = await chat.get_conversation(db_sessions, owner, conversation.id)
+    assert named is not None and named.title == "First question"
+
+
 async def test_add_turn_is_one_transaction(
     db_sessions: Sessions, db_engine: AsyncEngine, conversation: Conversation
 ) -> None:

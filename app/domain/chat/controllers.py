@@ -212,10 +212,6 @@ class ConversationController(Controller):
         except ValueError as exc:
             raise ClientException(str(exc)) from exc
         generation = await start_reply(services.replies, user, conversation, content, params)
-        if conversation.title == service.DEFAULT_TITLE:
-            await service.rename_conversation(
-                services.sessions, user.id, conversation.id, content[:80]
-            )
         events = services.replies.follow(
             generation, transport="sse", after=0, keepalive_s=services.settings.keepalive_s
         )

@@ -105,6 +105,7 @@ class ReplyService:
                 self.model_name,
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
+                title_if_untitled=content[:80],
             )
         except BaseException:
             await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request

@@ -199,6 +199,7 @@ async def add_turn(
     *,
     engine_request_id: str | None = None,
     replica_id: str | None = None,
+    title_if_untitled: str | None = None,
 ) -> tuple[Message, Message]:
     """Store the user's message and the (empty, `streaming`) assistant reply in one transaction.
 
@@ -212,6 +213,8 @@ async def add_turn(
         if conversation is None:
             raise ConversationNotFoundError(conversation_id)
         conversation.updated_at = now
+        if title_if_untitled and conversation.title == DEFAULT_TITLE:  # a new chat names itself
+            conversation.title = clean_title(title_if_untitled)
         user_message = Message(
             conversation_id=conversation_id,
             role=MessageRole.USER,

@@ -144,10 +144,6 @@ class ChatSocket:
         except ValueError as exc:
             raise ClientException(str(exc)) from exc
         generation = await start_reply(services.replies, self.user, conversation, content, params)
-        if conversation.title == service.DEFAULT_TITLE:
-            await service.rename_conversation(
-                services.sessions, self.user.id, conversation.id, content[:80]
-            )
         self.stream(generation, after=0, client_ref=request.client_ref)
 
     async def _find(self, message_id: UUID) -> Generation | Message:
