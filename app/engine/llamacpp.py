@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import random
 import threading
@@ -118,7 +117,6 @@ class LlamaCppEngine:
             max_seqs=self.settings.max_seqs,
             batch_tokens=self._sched.batch_capacity,
             threads=self.settings.threads,
-            single_token_threads=int(os.environ.get("LC_SINGLE_THREADS", "0")) or None,
             flash_attn=self._flash_attn,
         )
         native = await asyncio.to_thread(NativeModel, self._model_path, config)

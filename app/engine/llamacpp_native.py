@@ -11,8 +11,20 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
+
+if "OMP_WAIT_POLICY" not in os.environ:
+    # The llama.cpp wheel is built with OpenMP, whose threads meet at a barrier after each of the
+    # ~900 graph nodes of a step. libgomp spins up to 300,000 times there before sleeping: free on
+    # an idle machine, ruinous when the cores are shared (replicas, test suites, the event loop
+    # thread), because a spinning thread burns the time slice its partner needs. Measured on the
+    # 2-core dev box with two busy processes beside it: default spin, a 10-step run did not finish
+    # in 100 s; 1,000 spins, 34 ms per single-token step (passive: 20 ms); idle, 1,000 spins is as
+    # fast as the default (~10 ms) while passive waiting costs 2.5x. Must be set before libgomp
+    # loads (the import below); an operator's own GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
+    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import llama_cpp as C
 
@@ -78,9 +90,8 @@ class ContextConfig:
     kv_cells: int  # n_ctx: KV cells shared by all sequences (kv_unified)
     max_seqs: int  # n_seq_max: distinct sequence ids
     batch_tokens: int  # n_batch = n_ubatch: the most tokens one step may submit
-    threads: int  # for batches of 2+ tokens
+    threads: int  # n_threads and n_threads_batch
     flash_attn: bool
-    single_token_threads: int | None = None  # for 1-token batches; None: `threads`
 
 
 class StepBatch:
@@ -190,7 +201,7 @@ class NativeModel:
         params.n_ubatch = min(config.batch_tokens, MAX_UBATCH)
         params.n_seq_max = config.max_seqs
         params.kv_unified = True  # one pool of cells, any sequence may use any of them
-        params.n_threads = config.single_token_threads or config.threads
+        params.n_threads = config.threads
         params.n_threads_batch = config.threads
         params.flash_attn_type = (
             C.LLAMA_FLASH_ATTN_TYPE_ENABLED
