@@ -15,24 +15,34 @@ Tokens/s counts completion tokens only, end to end (prefill included), as a clie
 shared machine the CPU is noisy, so every repetition measures engine and baseline back to back (in
 alternating order) for each level, and the table shows the median over repetitions, with the
 ratio computed per repetition from its own pair.
+
+The baseline runs in a child process started before the engine is imported, so it gets the
+environment as you set it (the engine module sets GOMP_SPINCOUNT for itself, see
+`app/engine/llamacpp_native.py`), and so its OpenMP threads are not counted against this process's:
+libgomp stops spinning at barriers as soon as a process holds more OpenMP threads than CPUs, which
+slowed both sides by half when they shared one process.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.engine.base import Finished, SamplingParams
-from app.engine.llamacpp import LlamaCppEngine
-from app.engine.model_files import resolve_model_path
+from app.engine.model_files import resolve_model_path  # (imports no llama_cpp)
 from app.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from app.engine.llamacpp import LlamaCppEngine
 
 TOPICS = [
     "a lighthouse keeper",
@@ -54,43 +64,78 @@ TOPICS = [
 ]
 
 
-def requests(n: int) -> list[list[dict[str, str]]]:
+def requests(n: int, tag: str) -> list[list[dict[str, str]]]:
+    """n chat requests, different from every other call's (`tag`): no side ever sees a prompt
+    twice, so prefix reuse (llama-cpp-python keeps the previous prompt's cache, the engine keeps
+    recent ones) can only share the common start, the same for both sides."""
     return [
-        [{"role": "user", "content": f"Write a long, detailed story about {TOPICS[i % 16]}."}]
+        [
+            {
+                "role": "user",
+                "content": f"Write a long, detailed story about {TOPICS[i % 16]} (#{tag}-{i}).",
+            }
+        ]
         for i in range(n)
     ]
 
 
-class Baseline:
-    """llama-cpp-python's high-level API, one request at a time."""
+def baseline_worker(model_path: str, threads: int) -> None:
+    """Child process: llama-cpp-python's high-level API, one request at a time, on command.
 
-    def __init__(self, model_path: str, threads: int) -> None:
-        from llama_cpp import Llama
+    Reads "n max_tokens tag" lines; answers each with [total completion tokens, total seconds] for n
+    requests served one after another.
+    """
+    from llama_cpp import Llama
 
-        self.llm = Llama(
-            model_path=model_path,
-            n_ctx=2048,
-            n_threads=threads,
-            n_threads_batch=threads,
-            verbose=False,
-        )
-        self.llm.create_chat_completion(requests(1)[0], max_tokens=8, temperature=0.0)  # warm-up
-
-    def run(self, n: int, max_tokens: int) -> tuple[int, float]:
-        """(total completion tokens, total seconds) for n requests served one after another."""
+    llm = Llama(
+        model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False
+    )
+    llm.create_chat_completion(requests(1, "warm")[0], max_tokens=8, temperature=0.0)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        n, max_tokens, tag = line.split()
         tokens, seconds = 0, 0.0
-        for messages in requests(n):
+        for messages in requests(int(n), tag):
+            max_tokens = int(max_tokens)
             t0 = time.perf_counter()
-            reply = self.llm.create_chat_completion(
-                messages, max_tokens=max_tokens, temperature=0.0
-            )
+            reply = llm.create_chat_completion(messages, max_tokens=max_tokens, temperature=0.0)
             seconds += time.perf_counter() - t0
             tokens += reply["usage"]["completion_tokens"]
+        print(json.dumps([tokens, seconds]), flush=True)
+
+
+class Baseline:
+    """Handle on the baseline child process."""
+
+    def __init__(self, model_path: str, threads: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--baseline-worker", model_path, str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def run(self, n: int, max_tokens: int, tag: str) -> tuple[int, float]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{n} {max_tokens} {tag}\n")
+        self.proc.stdin.flush()
+        tokens, seconds = json.loads(self.proc.stdout.readline())
         return tokens, seconds
 
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
 
-async def run_engine(engine: LlamaCppEngine, n: int, max_tokens: int) -> tuple[int, float, float]:
+
+async def run_engine(
+    engine: LlamaCppEngine, n: int, max_tokens: int, tag: str
+) -> tuple[int, float, float]:
     """All n requests at once: (total completion tokens, wall seconds, median TTFT)."""
+    from app.engine.base import Finished, SamplingParams
+
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
 
     async def one(i: int, messages: list[dict[str, str]]) -> Finished:
@@ -101,7 +146,7 @@ async def run_engine(engine: LlamaCppEngine, n: int, max_tokens: int) -> tuple[i
         return last
 
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(one(i, m) for i, m in enumerate(requests(n))))
+    results = await asyncio.gather(*(one(i, m) for i, m in enumerate(requests(n, tag))))
     wall = time.perf_counter() - t0
     ttft = statistics.median((f.first_token_at or f.finished_at) - f.queued_at for f in results)
     return sum(f.completion_tokens for f in results), wall, ttft
@@ -115,21 +160,29 @@ async def main() -> None:
     parser.add_argument("--threads", type=int, default=EngineSettings.threads)
     parser.add_argument("--budget", type=int, default=EngineSettings.step_token_budget)
     parser.add_argument("--no-flash-attn", action="store_true")
+    parser.add_argument("--prefix-cache", type=int, default=8, help="entries; 0 turns it off")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     model_path = str(resolve_model_path(os.environ.get("MODEL_PATH")))
+    spin_before = os.environ.get("GOMP_SPINCOUNT")
+    baseline = Baseline(model_path, args.threads)  # before the engine module touches the env
+
+    from app.engine.llamacpp import LlamaCppEngine
 
     settings = EngineSettings(
         threads=args.threads, max_seqs=max(16, *levels), step_token_budget=args.budget
     )
-    engine = LlamaCppEngine(settings, flash_attn=not args.no_flash_attn)
+    engine = LlamaCppEngine(
+        settings, flash_attn=not args.no_flash_attn, prefix_cache=args.prefix_cache
+    )
     await engine.start()
-    await run_engine(engine, 2, 8)  # warm-up
-    baseline = Baseline(model_path, args.threads)
+    await run_engine(engine, 2, 8, "warm")
     print(f"model {model_path}")
     print(
         f"threads {args.threads}, max_tokens {args.max_tokens}, greedy, step budget {args.budget}, "
-        f"{args.reps} repetitions (medians shown)",
+        f"prefix cache {args.prefix_cache}, "
+        f"{args.reps} repetitions (medians shown); engine GOMP_SPINCOUNT="
+        f"{os.environ.get('GOMP_SPINCOUNT', '-')}, baseline's {spin_before or 'libgomp default'}",
         flush=True,
     )
 
@@ -137,11 +190,12 @@ async def main() -> None:
     for rep in range(args.reps):
         for n in levels:
             engine_first = (rep + n) % 2 == 0
+            tag = f"{rep}.{n}"
             if engine_first:
-                tokens, wall, ttft = await run_engine(engine, n, args.max_tokens)
-            b_tokens, b_seconds = baseline.run(n, args.max_tokens)
+                tokens, wall, ttft = await run_engine(engine, n, args.max_tokens, tag)
+            b_tokens, b_seconds = baseline.run(n, args.max_tokens, tag)
             if not engine_first:
-                tokens, wall, ttft = await run_engine(engine, n, args.max_tokens)
+                tokens, wall, ttft = await run_engine(engine, n, args.max_tokens, tag)
             rows[n].append((tokens / wall, b_tokens / b_seconds, ttft, tokens))
             print(
                 f"  rep {rep + 1} n={n:<2} engine {tokens / wall:6.1f} tok/s  "
@@ -149,6 +203,7 @@ async def main() -> None:
                 flush=True,
             )
     await engine.shutdown()
+    baseline.close()
 
     print()
     print(
@@ -166,4 +221,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:2] == ["--baseline-worker"]:
+        baseline_worker(sys.argv[2], int(sys.argv[3]))
+    else:
+        asyncio.run(main())

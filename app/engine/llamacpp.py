@@ -64,7 +64,10 @@ def _deliver(events: Delivery) -> None:
 class LlamaCppEngine:
     """`Engine` over llama.cpp's C API; see the module docstring for the loop."""
 
-    def __init__(self, settings: EngineSettings, *, flash_attn: bool = True) -> None:
+    def __init__(
+        self, settings: EngineSettings, *, flash_attn: bool = True, prefix_cache: int = 8
+    ) -> None:
+        """`prefix_cache`: how many finished sequences keep their cells for reuse (0: none)."""
         self.settings = settings
         self._flash_attn = flash_attn
         self._model_path = resolve_model_path(settings.model_path)
@@ -76,6 +79,7 @@ class LlamaCppEngine:
             max_seqs=settings.max_seqs,
             kv_cells=settings.kv_cells,
             step_token_budget=settings.step_token_budget,
+            cache_entries=prefix_cache,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -97,6 +101,7 @@ class LlamaCppEngine:
         self._tokens_generated = 0
         self._step_errors = 0
         self._last_step_s = 0.0
+        self._cache_cells = 0
 
     # --- Engine protocol -------------------------------------------------------------------------
 
@@ -114,7 +119,7 @@ class LlamaCppEngine:
         self._loop = asyncio.get_running_loop()
         config = ContextConfig(
             kv_cells=self.settings.kv_cells,
-            max_seqs=self.settings.max_seqs,
+            max_seqs=self._sched.n_seq_ids,
             batch_tokens=self._sched.batch_capacity,
             threads=self.settings.threads,
             flash_attn=self._flash_attn,
@@ -215,7 +220,13 @@ class LlamaCppEngine:
             kv_total=self._sched.kv_cells,
             steps=self._steps,
             tokens_generated=self._tokens_generated,
-            extra={"step_errors": self._step_errors, "last_step_s": self._last_step_s},
+            extra={
+                "step_errors": self._step_errors,
+                "last_step_s": self._last_step_s,
+                "prefix_cache_entries": len(self._sched.cache.entries),
+                "prefix_cache_cells": self._cache_cells,
+                "prefix_reused_tokens": self._sched.cache.reused_tokens,
+            },
         )
 
     # --- the loop thread -------------------------------------------------------------------------
@@ -268,12 +279,17 @@ class LlamaCppEngine:
         self._n_running = len(sched.running)
         self._n_waiting = len(sched.waiting)
         self._kv_used = sched.kv_used
+        self._cache_cells = sched.cache.cells
 
     def _step(self, native: NativeModel) -> None:
         t0 = time.perf_counter()
         sched = self._sched
         try:
-            for seq in sched.admit():
+            for seq in sched.admit(evict=lambda entry: native.forget(entry.seq_id)):
+                entry, reuse = sched.cache.lookup(seq.prompt)
+                if entry is not None:
+                    native.share(entry.seq_id, seq.slot, reuse)
+                    seq.n_cached = reuse
                 seed = seq.params.seed if seq.params.seed is not None else random.getrandbits(32)
                 seq.sampler = native.new_sampler(seq.params, seed)
             chunks = sched.plan()
@@ -297,6 +313,7 @@ class LlamaCppEngine:
             self._step_errors += 1
             self._end_all(FinishReason.ERROR, f"engine step failed: {exc}")
             native.forget_all()
+            sched.cache.clear()
         self._steps += 1
         self._update_counters()
         self._last_step_s = time.perf_counter() - t0
@@ -306,6 +323,7 @@ class LlamaCppEngine:
         """One sampled token: count it, turn it into text, and decide whether the reply is over."""
         native = self._native
         assert native is not None
+        seq.generated.append(token)
         seq.completion_tokens += 1
         self._tokens_generated += 1
         if seq.first_token_at is None:
@@ -334,6 +352,8 @@ class LlamaCppEngine:
         native = self._native
         if native is not None:
             if slot >= 0:
+                if reason is not FinishReason.ERROR:
+                    self._keep_for_reuse(native, seq, slot)
                 native.forget(slot)
             if seq.sampler is not None:
                 native.free_sampler(seq.sampler)
@@ -358,6 +378,20 @@ class LlamaCppEngine:
                 ),
             )
         )
+
+    def _keep_for_reuse(self, native: NativeModel, seq: Sequence, slot: int) -> None:
+        """Hand a finished sequence's cells to the prefix cache (before its own id lets go)."""
+        cache = self._sched.cache
+        if not cache.seq_ids:
+            return
+        tokens = seq.cached_tokens()
+        plan = cache.plan_store(tokens)
+        if plan is None:
+            return
+        if plan.replaces is not None:
+            native.forget(plan.seq_id)
+        native.share(slot, plan.seq_id, len(tokens))
+        cache.commit_store(plan, tokens)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:
         for seq in [*self._sched.running, *self._sched.waiting]:

@@ -88,7 +88,7 @@ class DecodeError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class ContextConfig:
     kv_cells: int  # n_ctx: KV cells shared by all sequences (kv_unified)
-    max_seqs: int  # n_seq_max: distinct sequence ids
+    max_seqs: int  # n_seq_max: distinct sequence ids (running ones + prefix-cache entries)
     batch_tokens: int  # n_batch = n_ubatch: the most tokens one step may submit
     threads: int  # n_threads and n_threads_batch
     flash_attn: bool
@@ -300,6 +300,10 @@ class NativeModel:
     @staticmethod
     def free_sampler(sampler: ctypes._Pointer) -> None:
         C.llama_sampler_free(sampler)
+
+    def share(self, src: int, dst: int, n_tokens: int) -> None:
+        """Give sequence `dst` the first `n_tokens` positions of `src`: the same cells, tagged twice."""
+        C.llama_memory_seq_cp(self.memory, src, dst, 0, n_tokens)
 
     def forget(self, seq_id: int) -> None:
         """Drop every KV cell of one sequence, so the cells serve others from the next step."""

@@ -5,7 +5,9 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
 - Admission is FIFO and all-or-nothing per request: the head of the queue enters when a sequence
   slot is free and the KV pool can hold its whole worst case (prompt + capped reply), so a running
   sequence never runs out of cells mid-reply and no preemption is needed. A request that does not
-  fit yet blocks those behind it, which keeps the order fair.
+  fit yet blocks those behind it, which keeps the order fair. Cells kept by the prefix cache count
+  as used until admission needs them: then the least recently used entries go first, the entry the
+  newcomer could reuse last.
 - Each step plans one decode token for every sequence past its prompt, then spends what remains of
   the step's token budget on prompt chunks, oldest admission first. A long prompt therefore enters
   in slices over several steps while everyone else keeps getting a token per step. Prefill always
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from app.engine.base import SamplingParams
+from app.engine.llamacpp_prefix_cache import Entry, PrefixCache
 
 
 class SeqState(Enum):
@@ -49,6 +52,7 @@ class Sequence:
     next_token: int = -1  # sampled, to be decoded next step
     completion_tokens: int = 0
     first_token_at: float | None = None
+    generated: list[int] = field(default_factory=list)  # every sampled token, in order
     unsent_ids: list[int] = field(default_factory=list)  # sampled tokens not yet in a TextDelta
     cancel_requested: bool = False
     batch_index: int = -1  # where this step's logits for it are, -1 for none
@@ -61,6 +65,15 @@ class Sequence:
     @property
     def prefilling(self) -> bool:
         return self.n_cached < len(self.prompt)
+
+    def cached_tokens(self) -> list[int]:
+        """The tokens this sequence's KV cells hold, in position order."""
+        n = self.n_cached
+        return (
+            self.prompt[:n]
+            if n <= len(self.prompt)
+            else self.prompt + self.generated[: n - len(self.prompt)]
+        )
 
 
 @dataclass(slots=True)
@@ -76,7 +89,9 @@ class Chunk:
 class Scheduler:
     """Slots, the KV reservation ledger, the FIFO queue and the per-step plan."""
 
-    def __init__(self, *, max_seqs: int, kv_cells: int, step_token_budget: int) -> None:
+    def __init__(
+        self, *, max_seqs: int, kv_cells: int, step_token_budget: int, cache_entries: int = 0
+    ) -> None:
         self.max_seqs = max_seqs
         self.kv_cells = kv_cells
         self.step_token_budget = step_token_budget
@@ -85,6 +100,12 @@ class Scheduler:
         self.running: list[Sequence] = []  # in admission order
         self._free_slots = list(range(max_seqs - 1, -1, -1))  # pop() hands out 0 first
         self.kv_reserved = 0
+        # entries take the sequence ids after the running ones
+        self.cache = PrefixCache(list(range(max_seqs, max_seqs + cache_entries)))
+
+    @property
+    def n_seq_ids(self) -> int:
+        return self.max_seqs + len(self.cache.seq_ids)
 
     @property
     def batch_capacity(self) -> int:
@@ -94,11 +115,23 @@ class Scheduler:
     def fits_ever(self, seq: Sequence) -> bool:
         return seq.kv_reserve <= self.kv_cells
 
-    def admit(self) -> Iterator[Sequence]:
-        """Move sequences from the head of the queue to running while a slot and cells are free."""
+    def _short(self, seq: Sequence) -> int:
+        return self.kv_reserved + self.cache.cells + seq.kv_reserve - self.kv_cells
+
+    def admit(self, evict: Callable[[Entry], None] = lambda _: None) -> Iterator[Sequence]:
+        """Move sequences from the head of the queue to running while a slot and cells are free.
+
+        `evict` drops a prefix-cache entry's cells (the caller's native call) to make room.
+        """
         while self.waiting and self._free_slots:
             head = self.waiting[0]
-            if self.kv_reserved + head.kv_reserve > self.kv_cells:
+            keep = self.cache.best_match(head.prompt)
+            while self._short(head) > 0:
+                victim = self.cache.evict_lru(keep) or self.cache.evict_lru()
+                if victim is None:
+                    break
+                evict(victim)
+            if self._short(head) > 0:
                 return
             self.waiting.popleft()
             head.slot = self._free_slots.pop()

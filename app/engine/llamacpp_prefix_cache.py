@@ -1,0 +1,123 @@
+"""Keep finished sequences' KV cells around, so the next prompt that starts the same way skips ahead.
+
+Chat prompts repeat themselves: every request starts with the same system prompt and template
+scaffolding, and each turn of a conversation is the previous prompt plus the reply plus a new
+message. Prefill is the expensive part of a request on CPU (a 1,000-token conversation costs
+seconds), so a finished sequence hands its cells to a cache entry instead of dropping them, and a
+newly admitted sequence copies the longest matching prefix from the best entry and prefills only
+the rest.
+
+In llama.cpp's unified KV pool, "copying" (`llama_memory_seq_cp`) only tags the same cells with one
+more sequence id, so it costs nothing and shared cells are stored once. Entries live under their own
+sequence ids, past the ones running sequences use. The cells they hold are free capacity in all
+but name: admission evicts least recently used entries whenever it needs the room.
+
+This module is bookkeeping only; the engine performs the native calls it asks for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MIN_REUSE = 4  # shorter matches are not worth a copy
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix, comparing in slices (C speed) before token by token."""
+    n = min(len(a), len(b))
+    lo, step = 0, 64
+    while lo + step <= n and a[lo : lo + step] == b[lo : lo + step]:
+        lo += step
+    while lo < n and a[lo] == b[lo]:
+        lo += 1
+    return lo
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    seq_id: int
+    tokens: list[int]  # exactly what the entry's cells hold, positions 0..len-1
+    last_used: int = 0
+
+
+@dataclass(slots=True)
+class StorePlan:
+    """Where a finished sequence's tokens go: drop `seq_id`'s cells first if `replaces`."""
+
+    seq_id: int
+    replaces: Entry | None
+
+
+@dataclass(slots=True)
+class PrefixCache:
+    seq_ids: list[int]  # llama.cpp sequence ids reserved for entries
+    entries: list[Entry] = field(default_factory=list)
+    reused_tokens: int = 0  # prefill tokens saved since start
+    _clock: int = 0
+
+    @property
+    def cells(self) -> int:
+        """Cells the entries hold (shared ones counted per entry: an upper bound)."""
+        return sum(len(e.tokens) for e in self.entries)
+
+    def lookup(self, prompt: list[int]) -> tuple[Entry | None, int]:
+        """The entry sharing the longest prefix with `prompt`, and how many tokens to take from it.
+
+        At least the prompt's last token is left to prefill: its logits give the first reply token.
+        """
+        best, best_len = None, 0
+        for entry in self.entries:
+            n = common_prefix_len(entry.tokens, prompt)
+            if n > best_len:
+                best, best_len = entry, n
+        best_len = min(best_len, len(prompt) - 1)
+        if best is None or best_len < MIN_REUSE:
+            return None, 0
+        self._clock += 1
+        best.last_used = self._clock
+        self.reused_tokens += best_len
+        return best, best_len
+
+    def plan_store(self, tokens: list[int]) -> StorePlan | None:
+        """Decide where `tokens` (a finished sequence's cells) should live, or None to drop them."""
+        if len(tokens) < MIN_REUSE:
+            return None
+        for entry in self.entries:
+            if common_prefix_len(entry.tokens, tokens) == len(tokens):
+                return None  # an entry already holds all of it
+        for entry in self.entries:  # an entry this one extends (the same chat, a turn later)
+            if common_prefix_len(entry.tokens, tokens) == len(entry.tokens):
+                return StorePlan(entry.seq_id, entry)
+        used = {e.seq_id for e in self.entries}
+        free = [s for s in self.seq_ids if s not in used]
+        if free:
+            return StorePlan(free[0], None)
+        victim = min(self.entries, key=lambda e: e.last_used)
+        return StorePlan(victim.seq_id, victim)
+
+    def commit_store(self, plan: StorePlan, tokens: list[int]) -> None:
+        if plan.replaces is not None:
+            self.entries.remove(plan.replaces)
+        self._clock += 1
+        self.entries.append(Entry(plan.seq_id, tokens, self._clock))
+
+    def evict_lru(self, keep: Entry | None = None) -> Entry | None:
+        """Remove and return the least recently used entry other than `keep` (None if none)."""
+        candidates = [e for e in self.entries if e is not keep]
+        if not candidates:
+            return None
+        victim = min(candidates, key=lambda e: e.last_used)
+        self.entries.remove(victim)
+        return victim
+
+    def best_match(self, prompt: list[int]) -> Entry | None:
+        """Like `lookup` without touching recency or counters (to protect it from eviction)."""
+        best, best_len = None, MIN_REUSE - 1
+        for entry in self.entries:
+            n = common_prefix_len(entry.tokens, prompt)
+            if n > best_len:
+                best, best_len = entry, n
+        return best
+
+    def clear(self) -> None:
+        self.entries.clear()
