@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
 import statistics
 import sys
 import time
@@ -124,7 +123,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--budgets", default=f"{default},4096")
     parser.add_argument("--prompt-tokens", type=int, default=1500)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, default=EngineSettings.threads)
     parser.add_argument("--warm-tokens", type=int, default=10)
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]

@@ -120,7 +120,8 @@ class LlamaCppEngine:
         config = ContextConfig(
             kv_cells=self.settings.kv_cells,
             max_seqs=self._sched.n_seq_ids,
-            batch_tokens=self._sched.batch_capacity,
+            # llama.cpp reserves an output row per sequence id and aborts if n_batch is smaller
+            batch_tokens=max(self._sched.batch_capacity, self._sched.n_seq_ids),
             threads=self.settings.threads,
             flash_attn=self._flash_attn,
         )

@@ -205,6 +205,20 @@ def test_admission_evicts_cache_entries_before_waiting() -> None:
 
 
 @module_loop
+async def test_a_budget_smaller_than_the_sequence_ids_works() -> None:
+    """n_batch must cover every sequence id (running + cache): llama.cpp aborts the process if not."""
+    eng = LlamaCppEngine(
+        EngineSettings(context_size=256, max_seqs=16, kv_cells=1024, threads=2, step_token_budget=8)
+    )
+    await eng.start()
+    try:
+        results = await asyncio.gather(*(run(eng, f"tiny-{i}", q) for i, q in enumerate(QUESTIONS)))
+    finally:
+        await eng.shutdown()
+    assert all(fin.reason in (FinishReason.LENGTH, FinishReason.STOP) for _, fin, _ in results)
+
+
+@module_loop
 async def test_generate_before_start_is_unavailable() -> None:
     with pytest.raises(EngineUnavailableError):
         LlamaCppEngine(SETTINGS).generate("x", chat("hi"), GREEDY)
@@ -310,9 +324,7 @@ async def test_a_long_prompt_does_not_freeze_running_streams(engine: LlamaCppEng
         "runner", chat(STORIES[0]), SamplingParams(max_tokens=300, temperature=0)
     )
     assert isinstance(await anext(aiter(runner)), TextDelta)
-    long = engine.generate(
-        "long", chat("plum " * 440), SamplingParams(max_tokens=1, temperature=0)
-    )
+    long = engine.generate("long", chat("plum " * 440), SamplingParams(max_tokens=1, temperature=0))
     runner_tokens = 0
 
     async def count_runner() -> None:
