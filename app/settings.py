@@ -41,7 +41,12 @@ class EngineSettings:
     # One core is left to the web server: llama.cpp's threads spin, and a loop starved of CPU
     # delays every token on its way out.
     threads: int = max(1, (os.cpu_count() or 1) - 1)
-    step_token_budget: int = 64  # tokens per engine step: decodes first, then prefill chunks
+    # Tokens per engine step: a decode token per running sequence first, the rest for prompt chunks
+    # (at least a quarter of it). On CPU a prompt token costs about as much as a decode token, so
+    # this bounds how much a long prompt slows the streams already running: with 8 of them and a
+    # 1,500-token prompt arriving, 16 kept every gap within 3x the steady one (24: 5-8x; one big
+    # step: a 14-26 s freeze). See bench/chunked_prefill.py.
+    step_token_budget: int = 16
     trtllm_in_process: bool = True  # TLLM_WORKER_USE_SINGLE_PROCESS=1 (see app/engine/trtllm.py)
     synthetic_step_ms: float = 20.0  # synthetic engine: fixed cost of one step
     synthetic_per_seq_ms: float = 0.5  # ... plus this much per running sequence

@@ -8,7 +8,8 @@
 Shape of the loop (one iteration = one step = one `llama_decode`):
 
     take new requests and aborts   (queues the event loop fills; never a lock held across a step)
-    admit from the FIFO queue      (free sequence slot + room for the whole reply in the KV pool)
+    admit from the FIFO queue      (free sequence slot + room for the whole reply in the KV pool;
+                                    a cached prefix of the prompt is shared, not prefilled again)
     build ONE batch                (a decode token per running sequence + prompt chunks, budgeted)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
     sample per sequence            (own sampler chain, reading only the rows flagged for logits)
@@ -44,7 +45,7 @@ from app.engine.base import (
 )
 from app.engine.chat_template import ChatTemplate
 from app.engine.detokenizer import IncrementalDetokenizer
-from app.engine.llamacpp_native import ContextConfig, NativeModel
+from app.engine.llamacpp_native import MAX_UBATCH, ContextConfig, NativeModel
 from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
 from app.engine.model_files import resolve_model_path
 from app.engine.streams import EventStream
@@ -80,6 +81,7 @@ class LlamaCppEngine:
             kv_cells=settings.kv_cells,
             step_token_budget=settings.step_token_budget,
             cache_entries=prefix_cache,
+            idle_prefill=MAX_UBATCH,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -168,11 +170,12 @@ class LlamaCppEngine:
     def generate(
         self, request_id: str, messages: ChatMessages, params: SamplingParams
     ) -> AsyncIterator[EngineEvent]:
-        if not self._accepting or self._native is None or self._template is None:
+        native, template = self._native, self._template
+        if not self._accepting or native is None or template is None:
             raise EngineUnavailableError("the llama.cpp engine is not running")
         if request_id in self._open:
             raise DuplicateRequestError(f"request {request_id!r} is already running")
-        prompt = self._native.tokenize(self._template.render(messages))
+        prompt = native.tokenize(template.render(messages))
         if len(prompt) >= self._context_size:
             raise PromptTooLongError(len(prompt), self._context_size)
         if not prompt:
@@ -353,7 +356,7 @@ class LlamaCppEngine:
         native = self._native
         if native is not None:
             if slot >= 0:
-                if reason is not FinishReason.ERROR:
+                if reason is not FinishReason.ERROR and not self._stopping:
                     self._keep_for_reuse(native, seq, slot)
                 native.forget(slot)
             if seq.sampler is not None:

@@ -12,6 +12,8 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
   the step's token budget on prompt chunks, oldest admission first. A long prompt therefore enters
   in slices over several steps while everyone else keeps getting a token per step. Prefill always
   gets at least a quarter of the budget, so a full house of decoders cannot starve a newcomer.
+  When nobody is decoding there is nobody to stall, and prompts go in `idle_prefill` tokens at a
+  time (on CPU, 63-token chunks prefill about a third faster than 16-token ones).
 """
 
 from __future__ import annotations
@@ -90,12 +92,19 @@ class Scheduler:
     """Slots, the KV reservation ledger, the FIFO queue and the per-step plan."""
 
     def __init__(
-        self, *, max_seqs: int, kv_cells: int, step_token_budget: int, cache_entries: int = 0
+        self,
+        *,
+        max_seqs: int,
+        kv_cells: int,
+        step_token_budget: int,
+        cache_entries: int = 0,
+        idle_prefill: int = 0,
     ) -> None:
         self.max_seqs = max_seqs
         self.kv_cells = kv_cells
         self.step_token_budget = step_token_budget
         self.min_prefill = max(1, step_token_budget // 4)
+        self.idle_prefill = max(idle_prefill, step_token_budget)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order
         self._free_slots = list(range(max_seqs - 1, -1, -1))  # pop() hands out 0 first
@@ -110,7 +119,7 @@ class Scheduler:
     @property
     def batch_capacity(self) -> int:
         """The most tokens a step can hold: every decoder plus the prefill allowance."""
-        return max(self.step_token_budget, self.max_seqs + self.min_prefill)
+        return max(self.idle_prefill, self.max_seqs + self.min_prefill)
 
     def fits_ever(self, seq: Sequence) -> bool:
         return seq.kv_reserve <= self.kv_cells
@@ -161,7 +170,10 @@ class Scheduler:
                 prefilling.append(seq)
             else:
                 chunks.append(Chunk(seq, [seq.next_token], seq.n_cached, True))
-        budget = max(self.step_token_budget - len(chunks), self.min_prefill)
+        if chunks:
+            budget = max(self.step_token_budget - len(chunks), self.min_prefill)
+        else:
+            budget = self.idle_prefill
         for seq in prefilling:
             if budget <= 0:
                 break

@@ -152,6 +152,15 @@ def test_plan_decodes_everyone_and_chunks_prefill_within_budget() -> None:
     assert sched.plan()[-1].wants_logits  # the final chunk samples the first token
 
 
+def test_prompts_go_in_bigger_chunks_when_nobody_decodes() -> None:
+    sched = Scheduler(max_seqs=4, kv_cells=10_000, step_token_budget=16, idle_prefill=63)
+    a, b = _seq("a", 50, 10), _seq("b", 50, 10)
+    sched.waiting.extend([a, b])
+    list(sched.admit())
+    assert [len(c.tokens) for c in sched.plan()] == [50, 13]
+    assert sched.batch_capacity >= 63
+
+
 def test_prefill_is_never_starved_by_decoders() -> None:
     sched = Scheduler(max_seqs=32, kv_cells=10_000, step_token_budget=16)
     decoders = [_seq(f"d{i}", 1, 50) for i in range(20)]
