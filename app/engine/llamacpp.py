@@ -138,7 +138,8 @@ class LlamaCppEngine:
             native.close()
             raise
         self._native = native
-        self._model_name = native.meta("general.name") or self._model_name
+        # The model id stays the file's stem ("SmolLM2-135M-Instruct.Q4_1"): GGUF's general.name
+        # is free text with spaces, a poor id for /v1/models and OpenAI clients.
         # one sequence can never hold more than the pool, nor more than the model was trained on
         self._context_size = min(self.settings.context_size, native.n_ctx, native.n_ctx_train)
         self._sched.kv_cells = native.n_ctx
