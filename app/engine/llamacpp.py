@@ -68,7 +68,8 @@ class LlamaCppEngine:
     def __init__(
         self, settings: EngineSettings, *, flash_attn: bool = True, prefix_cache: int = 8
     ) -> None:
-        """`prefix_cache`: how many finished sequences keep their cells for reuse (0: none)."""
+        """`prefix_cache`: how many finished sequences keep their cells for reuse (0: none); they
+        keep at most an eighth of the KV pool (see `llamacpp_prefix_cache`)."""
         self.settings = settings
         self._flash_attn = flash_attn
         self._model_path = resolve_model_path(settings.model_path)
@@ -396,7 +397,8 @@ class LlamaCppEngine:
         if plan.replaces is not None:
             native.forget(plan.seq_id)
         native.share(slot, plan.seq_id, len(tokens))
-        cache.commit_store(plan, tokens)
+        for evicted in cache.commit_store(plan, tokens):
+            native.forget(evicted.seq_id)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:
         for seq in [*self._sched.running, *self._sched.waiting]:

@@ -98,6 +98,7 @@ class Scheduler:
         kv_cells: int,
         step_token_budget: int,
         cache_entries: int = 0,
+        cache_cells: int | None = None,
         idle_prefill: int = 0,
     ) -> None:
         self.max_seqs = max_seqs
@@ -110,7 +111,10 @@ class Scheduler:
         self._free_slots = list(range(max_seqs - 1, -1, -1))  # pop() hands out 0 first
         self.kv_reserved = 0
         # entries take the sequence ids after the running ones
-        self.cache = PrefixCache(list(range(max_seqs, max_seqs + cache_entries)))
+        self.cache = PrefixCache(
+            list(range(max_seqs, max_seqs + cache_entries)),
+            max_cells=kv_cells // 8 if cache_cells is None else cache_cells,
+        )
 
     @property
     def n_seq_ids(self) -> int:

@@ -196,8 +196,23 @@ def test_prefix_cache_bookkeeping() -> None:
     assert cache.cells == 13
 
 
+def test_prefix_cache_keeps_under_its_cell_cap() -> None:
+    cache = PrefixCache([8, 9, 10], max_cells=10)
+    assert cache.plan_store(list(range(11))) is None  # bigger than the whole cache
+    for first in (1, 2):
+        plan = cache.plan_store([first] * 5)
+        assert plan is not None and cache.commit_store(plan, [first] * 5) == []
+    plan = cache.plan_store([3] * 6)
+    assert plan is not None
+    evicted = cache.commit_store(plan, [3] * 6)
+    assert [e.tokens[0] for e in evicted] == [1, 2]  # oldest first, until under the cap
+    assert cache.cells == 6 and [e.tokens[0] for e in cache.entries] == [3]
+
+
 def test_admission_evicts_cache_entries_before_waiting() -> None:
-    sched = Scheduler(max_seqs=2, kv_cells=100, step_token_budget=16, cache_entries=2)
+    sched = Scheduler(
+        max_seqs=2, kv_cells=100, step_token_budget=16, cache_entries=2, cache_cells=100
+    )
     for tokens in ([1] * 40, [2] * 40):
         plan = sched.cache.plan_store(tokens)
         assert plan is not None
