@@ -20,10 +20,10 @@ if "OMP_WAIT_POLICY" not in os.environ:
     # ~900 graph nodes of a step. libgomp spins up to 300,000 times there before sleeping: free on
     # an idle machine, ruinous when the cores are shared (replicas, test suites, the event loop
     # thread), because a spinning thread burns the time slice its partner needs. Measured on the
-    # 2-core dev box with two busy processes beside it: default spin, a 10-step run did not finish
-    # in 100 s; 1,000 spins, 34 ms per single-token step (passive: 20 ms); idle, 1,000 spins is as
-    # fast as the default (~10 ms) while passive waiting costs 2.5x. Must be set before libgomp
-    # loads (the import below); an operator's own GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
+    # 2-core dev box with two busy processes beside it: default spin, ~100 small steps did not
+    # finish in 100 s; 1,000 spins, 34 ms per single-token step (passive: 20 ms). Idle, 1,000
+    # spins is as fast as the default (~10 ms) while passive waiting costs 2.5x. Must be set
+    # before libgomp loads (the import below); an operator's GOMP_SPINCOUNT/OMP_WAIT_POLICY wins.
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import llama_cpp as C
