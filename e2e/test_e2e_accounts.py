@@ -93,6 +93,7 @@ def test_api_key_made_in_the_page_works_with_the_openai_client(
     # Shown once: closing the dialog wipes it, reopening (or reloading) does not bring it back.
     page.keyboard.press("Escape")
     expect(page.locator("#account-dialog")).not_to_be_visible()
+    expect(secret_el).to_be_empty()
     assert secret not in page.content()
     chat.reload()
     page.get_by_test_id("account").click()

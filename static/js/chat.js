@@ -845,8 +845,7 @@ async function loadKeys() {
 }
 
 $("#open-account").addEventListener("click", () => {
-  $("#new-key").hidden = true;
-  $("#new-key-secret").textContent = "";
+  forgetNewKey();
   accountDialog.showModal();
   loadKeys();
 });
@@ -880,14 +879,16 @@ for (const dialog of [accountDialog, confirmDialog]) {
   dialog.addEventListener("click", (e) => {
     if (e.target.closest("[data-close]") || e.target === dialog) dialog.close();
   });
-  dialog.addEventListener("close", () => {
-    if (dialog === accountDialog) {
-      // The secret is shown once: do not leave it in the page.
-      $("#new-key-secret").textContent = "";
-      $("#new-key").hidden = true;
-    }
-  });
 }
+
+// The secret is shown once: do not leave it in the page. "close" arrives as a later task, after
+// the dialog is already hidden; Esc fires "cancel" first, synchronously, so wipe on both.
+function forgetNewKey() {
+  $("#new-key-secret").textContent = "";
+  $("#new-key").hidden = true;
+}
+accountDialog.addEventListener("cancel", forgetNewKey);
+accountDialog.addEventListener("close", forgetNewKey);
 
 $("#logout").addEventListener("click", async () => {
   try {
