@@ -34,7 +34,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from playwright.sync_api import APIRequestContext, BrowserContext, Locator, Page, expect
+from playwright.sync_api import (
+    APIRequestContext,
+    BrowserContext,
+    Locator,
+    Page,
+    Route,
+    WebSocketRoute,
+    expect,
+)
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -314,6 +322,34 @@ class ChatPage:
 
     def samples(self) -> list[dict[str, Any]]:
         return self.page.evaluate("window.__sampler.takeRecords(), window.__samples")
+
+
+def ask_for_longer_replies(page: Page, max_tokens: int) -> None:
+    """Sends from this page ask the real server for `max_tokens` (over SSE or the WebSocket)
+    instead of the e2e server's small default: a test whose reply must outlast something (an
+    outage) must not depend on how fast this machine decodes. Responses pass through untouched,
+    still streaming."""
+
+    def sse(route: Route) -> None:
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        body = json.loads(route.request.post_data or "{}")
+        route.continue_(post_data=json.dumps({**body, "max_tokens": max_tokens}))
+
+    def ws(route: WebSocketRoute) -> None:
+        server = route.connect_to_server()
+
+        def to_server(message: str | bytes) -> None:
+            frame = json.loads(message)
+            if frame.get("type") == "send":
+                frame["max_tokens"] = max_tokens
+            server.send(json.dumps(frame))
+
+        route.on_message(to_server)
+
+    page.route("**/api/conversations/*/messages", sse)
+    page.route_web_socket("**/ws", ws)
 
 
 def sse_body(events: list[tuple[str, int | None, dict[str, Any]]]) -> str:

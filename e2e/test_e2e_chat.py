@@ -17,6 +17,7 @@ from e2e.conftest import User
 from e2e.helpers import (
     STORY,
     ChatPage,
+    ask_for_longer_replies,
     db_message,
     screenshot,
     stop_mid_reply_then_reload,
@@ -118,6 +119,7 @@ def test_network_drop_mid_reply_resumes_without_gaps_or_repeats(
     shows it is waiting, gets nothing while offline, then resumes from where it was and ends with
     exactly the stored text (nothing missing, nothing twice)."""
     user = new_user()
+    ask_for_longer_replies(user.page, 400)  # still streaming after the outage, on any machine
     chat = ChatPage(user.page).open()
     chat.use_transport(transport)
     reply = chat.send(ESSAY)
@@ -165,7 +167,9 @@ def test_reload_mid_reply_picks_the_reply_up(
 ) -> None:
     """Reloading while a reply streams: the page shows the stored part, resumes the stream where
     the stored text ends, and finishes with exactly the stored reply."""
-    chat = ChatPage(new_user().page).open()
+    user = new_user()
+    ask_for_longer_replies(user.page, 300)  # still streaming after the reload, on any machine
+    chat = ChatPage(user.page).open()
     chat.use_transport(transport)
     reply = chat.send(STORY)
     chat.wait_text(reply, 40)
@@ -182,4 +186,43 @@ def test_reload_mid_reply_picks_the_reply_up(
     stored = chat.stored(again)
     assert stored["status"] == status
     chat.assert_screen_is(again, stored["content"])
+    wait_engine_idle(admin.context.request)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_regenerate_replaces_the_latest_reply_in_place(
+    new_user: Callable[..., User], admin: User, transport: str
+) -> None:
+    """Only the latest reply offers Regenerate; it streams a new answer to the same question in
+    the old reply's place (no second copy of the question), and after a reload the conversation
+    holds the question and the new reply only."""
+    chat = ChatPage(new_user().page).open()
+    chat.use_transport(transport)
+    first = chat.send("Name a colour.")
+    chat.wait_done(first)
+    second = chat.send("Name a fruit.")
+    chat.wait_done(second)
+    expect(first.get_by_test_id("regenerate")).to_be_hidden()
+    expect(second.get_by_test_id("regenerate")).to_be_visible()
+    old_id = second.get_attribute("data-message-id")
+    assert old_id
+
+    second.get_by_test_id("regenerate").click()
+    fresh = chat.assistant_messages().last
+    expect(fresh).not_to_have_attribute("data-message-id", old_id)
+    status = chat.wait_done(fresh)
+    assert status in ("completed", "length"), status
+    new_id = fresh.get_attribute("data-message-id")
+    assert new_id and new_id != old_id
+    expect(chat.assistant_messages()).to_have_count(2)
+    expect(chat.user_messages()).to_have_count(2)
+    chat.assert_screen_is(fresh, chat.stored(fresh)["content"])
+
+    chat.reload()
+    expect(chat.assistant_messages()).to_have_count(2)
+    expect(chat.user_messages()).to_have_count(2)
+    expect(chat.assistant_messages().last).to_have_attribute("data-message-id", new_id)
+    stored = chat.stored_messages()
+    assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert old_id not in {m["id"] for m in stored}
     wait_engine_idle(admin.context.request)

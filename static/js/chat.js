@@ -370,10 +370,12 @@ function updateComposer() {
 
 /**
  * Run a reply's stream and keep its view up to date.
- * @param request  {kind: "send", conversationId, content} or {kind: "resume"}
+ * @param request  {kind: "send", conversationId, content}, {kind: "regenerate", messageId} or
+ *                 {kind: "resume"}
+ * @param replaces the reply a regenerate replaces: back in its place if the server refuses
  * @param t0       performance.now() when the user pressed Send (for the page's TTFT), or null
  */
-function runReply({ conversationId, view, userView = null, request, t0 = null }) {
+function runReply({ conversationId, view, userView = null, replaces = null, request, t0 = null }) {
   const transport = transports[transportName()];
   const reply = view.reply;
   reply.status = "streaming";
@@ -415,7 +417,8 @@ function runReply({ conversationId, view, userView = null, request, t0 = null })
         view.update();
       },
       onRejected(s, err) {
-        view.el.remove();
+        if (replaces) view.el.replaceWith(replaces.el);
+        else view.el.remove();
         userView?.el.remove();
         updateEmptyState();
         if (request.kind === "send" && !els.input.value) els.input.value = request.content;
@@ -491,14 +494,26 @@ function promptFor(view) {
   return node ? node._view : null;
 }
 
+/** Answer the latest reply's question again: the new reply takes its place (server and page). */
 function regenerate(view) {
-  const prompt = promptFor(view);
-  if (!prompt) {
-    showComposerError("There is no message to regenerate this reply from.");
+  const conversationId = state.currentId;
+  if (liveFor(conversationId)) return;
+  if (!view.reply.messageId || view.el !== els.messages.lastElementChild) {
+    showComposerError("Only the latest reply can be regenerated.");
     return;
   }
-  if (liveFor(state.currentId)) return;
-  send(prompt.text);
+  showComposerError("");
+  const fresh = new MessageView("assistant", new ReplyState({ conversationId }));
+  view.el.replaceWith(fresh.el);
+  scrollToBottom();
+  announce("Regenerating the reply.");
+  return runReply({
+    conversationId,
+    view: fresh,
+    replaces: view,
+    request: { kind: "regenerate", messageId: view.reply.messageId },
+    t0: performance.now(),
+  });
 }
 
 function retry(view) {

@@ -7,8 +7,9 @@
  *   name                      "sse" | "ws"
  *   stopsByAbort              true if Stop should drop the connection at once (SSE)
  *   open(request, signal)     async iterable of {type, id, data}; request is
- *                             {kind: "send", conversationId, content, clientRef}
- *                             or {kind: "resume", messageId, after}
+ *                             {kind: "send", conversationId, content, clientRef},
+ *                             {kind: "regenerate", messageId} (answer that reply's question
+ *                             again, in its place) or {kind: "resume", messageId, after}
  *   cancel(messageId)         asks the server to stop the reply; resolves to {status} or null
  *   reset?()                  drop the underlying connection (e.g. when the browser goes offline)
  * and throws ApiError (with .status) for HTTP errors, RejectedError for a refused send, anything
@@ -67,7 +68,8 @@ const FATAL_RESUME = new Set([400, 401, 403, 404, 410, 422]);
 export class ReplyStream {
   /**
    * @param transport  see above
-   * @param request    {kind: "send", conversationId, content} or {kind: "resume"} (uses state)
+   * @param request    {kind: "send", conversationId, content}, {kind: "regenerate", messageId}
+   *                   or {kind: "resume"} (uses state)
    * @param state      a ReplyState (a new one for a send; the existing one for a resume)
    * @param hooks      {onStart, onText, onReconnecting, onStopping, onFinal, onRejected, onFirstDelta}
    */
@@ -189,7 +191,8 @@ export class ReplyStream {
 
   async _run() {
     const s = this.state;
-    let request = this.request.kind === "send" ? this.request : { kind: "resume" };
+    // A send or a regenerate goes out once; every reconnect after it is a resume.
+    let request = this.request.kind === "resume" ? { kind: "resume" } : this.request;
     let attempt = 0;
     for (;;) {
       if (request.kind === "resume") request = { kind: "resume", messageId: s.messageId, after: s.offset };

@@ -1,7 +1,7 @@
 /**
- * The page's SSE transport: POST a message and read the reply as text/event-stream with
- * fetch + ReadableStream (EventSource cannot POST or send headers), or resume one with
- * GET /api/messages/{id}/stream and a Last-Event-ID header. Stop aborts the fetch and asks the
+ * The page's SSE transport: POST a message (or a regenerate) and read the reply as
+ * text/event-stream with fetch + ReadableStream (EventSource cannot POST or send headers), or
+ * resume one with GET /api/messages/{id}/stream and a Last-Event-ID header. Stop aborts the fetch and asks the
  * server to cancel (POST /api/messages/{id}/cancel), so the server stops even if it never sees
  * the connection close.
  */
@@ -55,6 +55,13 @@ export class SseTransport {
         res = await this.client.fetchRaw(`/api/conversations/${enc(request.conversationId)}/messages`, {
           method: "POST",
           json: { content: request.content, ...this.params },
+          headers,
+          signal: inner.signal,
+        });
+      } else if (request.kind === "regenerate") {
+        res = await this.client.fetchRaw(`/api/messages/${enc(request.messageId)}/regenerate`, {
+          method: "POST",
+          json: { ...this.params },
           headers,
           signal: inner.signal,
         });

@@ -1,7 +1,8 @@
 /**
  * The page's WebSocket transport: one same-origin socket (/ws, authenticated by the session
- * cookie) shared by every reply on the page. Sends {"type":"send"|"cancel"|"resume"}; receives the
- * same events as SSE as JSON objects {"type","id",...payload}, plus "rejected" and "ping".
+ * cookie) shared by every reply on the page. Sends {"type":"send"|"regenerate"|"cancel"|"resume"};
+ * receives the same events as SSE as JSON objects {"type","id",...payload}, plus "rejected" and
+ * "ping".
  * A closed socket fails every reply reading from it with ConnectionLost; the ReplyStream then
  * resumes on a new socket from its last offset.
  */
@@ -201,10 +202,14 @@ export class WsTransport {
           signal.addEventListener("abort", stopWaiting, { once: true });
         }),
       ]).finally(() => signal.removeEventListener("abort", stopWaiting));
-      if (request.kind === "send") {
+      if (request.kind === "send" || request.kind === "regenerate") {
         ref = `c${Date.now().toString(36)}${(refCounter++).toString(36)}`;
         this.pending.push({ ref, channel });
-        ws.send(JSON.stringify({ type: "send", conversation_id: request.conversationId, content: request.content, client_ref: ref }));
+        ws.send(JSON.stringify(
+          request.kind === "send"
+            ? { type: "send", conversation_id: request.conversationId, content: request.content, client_ref: ref }
+            : { type: "regenerate", message_id: request.messageId, client_ref: ref },
+        ));
       } else {
         messageId = String(request.messageId);
         this.subs.get(messageId)?.fail(new ConnectionLost("Superseded by a new subscription."));

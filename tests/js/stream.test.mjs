@@ -164,6 +164,30 @@ test("dropped mid-stream: resumes from the last id with no duplicated text", asy
   assert.ok(log.includes("reconnect#1"));
 });
 
+test("a regenerate goes out once; after a drop the NEW reply is resumed, not regenerated again", async () => {
+  const t = new FakeTransport([
+    [ev.start(), ev.delta(4, "Fres"), { throw: new TypeError("network error") }],
+    [ev.start(4), ev.delta(6, "h!"), ev.final(6)],
+  ]);
+  const { done } = run(t, { kind: "regenerate", messageId: "old" });
+  const s = await done;
+  assert.equal(s.text, "Fresh!");
+  assert.equal(s.messageId, "m1");
+  assert.deepEqual(t.requests, [
+    { kind: "regenerate", messageId: "old" },
+    { kind: "resume", messageId: "m1", after: 4 },
+  ]);
+});
+
+test("a refused regenerate (409) is rejected with the server's reason, not retried", async () => {
+  const t = new FakeTransport([[{ throw: new HttpErr(409, "only the latest reply can be regenerated") }]]);
+  const { log, done } = run(t, { kind: "regenerate", messageId: "old" });
+  const s = await done;
+  assert.equal(s.status, "rejected");
+  assert.deepEqual(log, ["rejected:only the latest reply can be regenerated"]);
+  assert.equal(t.requests.length, 1);
+});
+
 test("a stream that ends without its final event is resumed, then shown truncated when resume is impossible", async () => {
   const t = new FakeTransport([[ev.start(), ev.delta(4, "part")], [{ throw: new HttpErr(404, "no such message") }]]);
   const { done } = run(t);
@@ -381,6 +405,24 @@ test("WS: rejected send", async () => {
   const s = await done;
   assert.equal(s.status, "rejected");
   assert.equal(s.error, "message is empty");
+});
+
+test("WS: regenerate sends a regenerate frame with a client_ref; its start routes the new reply", async () => {
+  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const before = FakeSocket.all.length;
+  const { done } = run(ws, { kind: "regenerate", messageId: "old" });
+  await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
+  const sock = FakeSocket.last;
+  const frame = sock.sent[0];
+  assert.deepEqual(Object.keys(frame).sort(), ["client_ref", "message_id", "type"]);
+  assert.equal(frame.type, "regenerate");
+  assert.equal(frame.message_id, "old");
+  sock.serverSend({ type: "start", id: 0, message_id: "m2", conversation_id: "c1", offset: 0, client_ref: frame.client_ref });
+  sock.serverSend({ type: "delta", id: 3, message_id: "m2", text: "new" });
+  sock.serverSend({ type: "final", id: 3, message_id: "m2", status: "completed", usage: {}, timings: {} });
+  const s = await done;
+  assert.equal(s.messageId, "m2");
+  assert.equal(s.text, "new");
 });
 
 test("WS: Stop sends a cancel frame on the socket and reads the final", async () => {

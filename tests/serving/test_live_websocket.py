@@ -132,6 +132,42 @@ def test_send_streams_start_deltas_and_final(server: LiveServer, alice: PageClie
     assert stored["content"] == reply.text and stored["status"] == "completed"
 
 
+def test_regenerate_streams_a_new_reply_in_the_old_ones_place(
+    server: LiveServer, alice: PageClient
+) -> None:
+    """`regenerate` answers the latest reply's question again on the socket: a `start` echoing
+    the client_ref, for a new message answering the same user message, then deltas and a final;
+    the conversation then holds the new reply instead of the old. An earlier reply is refused
+    with a `rejected` frame (409, the client_ref echoed), and nothing changes."""
+    conversation = alice.new_conversation()
+    with open_socket(server, alice) as ws:
+        send_json(ws, {"type": "send", "conversation_id": conversation,
+                       "content": "[[synthetic:tokens=20]] Hi", "max_tokens": 50})  # fmt: skip
+        first = WsReply().read(ws)
+        send_json(ws, {"type": "regenerate", "message_id": first.start["message_id"],
+                       "client_ref": "again", "max_tokens": 50})  # fmt: skip
+        again = WsReply().read(ws)
+        assert again.start["client_ref"] == "again"
+        assert again.start["message_id"] != first.start["message_id"]
+        assert again.start["user_message_id"] == first.start["user_message_id"]
+        assert again.end is not None and again.end["status"] == "completed"
+        assert_offsets(again)
+
+        send_json(ws, {"type": "regenerate", "message_id": first.start["message_id"],
+                       "client_ref": "stale"})  # fmt: skip
+        rejected = receive(ws)
+        while rejected["type"] == "ping":
+            rejected = receive(ws)
+    assert rejected["type"] == "rejected" and rejected["client_ref"] == "stale"
+    assert rejected["status"] == 409 and "already" in rejected["error"]
+    messages = alice.conversation(conversation)["messages"]
+    assert [m["id"] for m in messages] == [
+        first.start["user_message_id"],
+        again.start["message_id"],
+    ]
+    assert messages[1]["content"] == again.text
+
+
 def test_cancel_mid_stream_lands(server: LiveServer, alice: PageClient) -> None:
     """A `cancel` sent while the reply streams (on the same socket) stops it: the reply's own
     stream ends with a `cancelled` final, the stored text is exactly what the socket delivered,

@@ -51,6 +51,7 @@ def message_row(m: Message) -> dict[str, Any]:
         "tokens_after_cancel": m.tokens_after_cancel,
         "client_ttft_ms": m.client_ttft_ms,
         "replica_id": m.replica_id,
+        "replaced_at": m.replaced_at,
         "stream_health_warning": stream_health_warning(m),
     }
 

@@ -15,7 +15,7 @@ from litestar.di import Provide
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import Parameter
 from litestar.response import Stream
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
 
 from app.domain.accounts.models import User
 from app.domain.chat import service
@@ -27,6 +27,7 @@ from app.streaming.events import CancelCause
 from app.streaming.framing import page_sse
 from app.streaming.generation import Generation
 from app.web.auth import current_user, services_of
+from app.web.services import Services
 from app.web.sse import sse_response
 
 CANCEL_WAIT_S = 5.0
@@ -41,14 +42,19 @@ class Rename(msgspec.Struct, forbid_unknown_fields=True):
     title: Annotated[str, msgspec.Meta(max_length=500)]
 
 
-class SendMessage(msgspec.Struct, forbid_unknown_fields=True):
-    content: str
+class ReplyOptions(msgspec.Struct, forbid_unknown_fields=True):
+    """Sampling settings a request may give for its reply (the server's defaults otherwise)."""
+
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+
+
+class SendMessage(ReplyOptions, kw_only=True):
+    content: str
 
 
 class ClientMetrics(msgspec.Struct):
@@ -88,10 +94,11 @@ def message_json(m: Message) -> dict[str, Any]:
         "gap_p99_ms": m.gap_p99_ms,
         "cancel_token_index": m.cancel_token_index,
         "tokens_after_cancel": m.tokens_after_cancel,
+        "replaced_at": _iso(m.replaced_at),
     }
 
 
-def sampling_params(data: SendMessage, settings: Settings, context_size: int) -> SamplingParams:
+def sampling_params(data: ReplyOptions, settings: Settings, context_size: int) -> SamplingParams:
     """The request's sampling parameters, range-checked (a ValueError becomes a 400)."""
     max_tokens = data.max_tokens if data.max_tokens is not None else settings.default_max_tokens
     if not 1 <= max_tokens <= context_size:
@@ -127,6 +134,25 @@ async def start_reply(
     """Start a reply, turning engine refusals into clear HTTP errors."""
     try:
         return await replies.start(user.id, conversation, content, params, **kwargs)
+    except EngineUnavailableError as exc:
+        raise ClientException(str(exc), status_code=503) from exc
+    except EngineError as exc:
+        raise ClientException(str(exc)) from exc
+
+
+async def regenerate_reply(
+    services: Services, user: User, message_id: UUID, options: ReplyOptions
+) -> Generation:
+    """Answer a reply's question again, turning every refusal into a clear HTTP error."""
+    try:
+        params = sampling_params(options, services.settings, services.engine.context_size)
+        return await services.replies.regenerate(user.id, message_id, params)
+    except ValueError as exc:
+        raise ClientException(str(exc)) from exc
+    except NotFoundError as exc:
+        raise NotFoundException("no such message") from exc
+    except service.NotRegenerableError as exc:
+        raise ClientException(str(exc), status_code=HTTP_409_CONFLICT) from exc
     except EngineUnavailableError as exc:
         raise ClientException(str(exc), status_code=503) from exc
     except EngineError as exc:
@@ -247,6 +273,19 @@ class MessageController(Controller):
             keepalive_s=services.settings.keepalive_s,
         )
         return sse_response(events, functools.partial(page_sse, message_id=str(message_id)))
+
+    @post("/{message_id:uuid}/regenerate", status_code=200)
+    async def regenerate(
+        self, request: Request, user: User, message_id: UUID, data: ReplyOptions | None = None
+    ) -> Stream:
+        """Answer the latest reply's question again; the new reply, as server-sent events, takes
+        the old one's place (409 for any other reply, or one still streaming)."""
+        services = services_of(request)
+        generation = await regenerate_reply(services, user, message_id, data or ReplyOptions())
+        events = services.replies.follow(
+            generation, transport="sse", after=0, keepalive_s=services.settings.keepalive_s
+        )
+        return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
 
     @post("/{message_id:uuid}/cancel", status_code=200)
     async def cancel(self, request: Request, user: User, message_id: UUID) -> dict[str, Any]:

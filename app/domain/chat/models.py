@@ -122,6 +122,9 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
     cancel_token_index: Mapped[int | None] = mapped_column(default=None)  # where Stop landed
     tokens_after_cancel: Mapped[int | None] = mapped_column(default=None)  # engine overrun
     client_ttft_ms: Mapped[float | None] = mapped_column(default=None)  # as the browser saw it
+    # Set when the user regenerated this reply: kept for the admin's record, left out of the
+    # chat and of every later prompt.
+    replaced_at: Mapped[datetime | None] = mapped_column(default=None)
 
     conversation: Mapped[Conversation] = relationship(back_populates="messages", lazy="raise")
 

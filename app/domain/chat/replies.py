@@ -18,7 +18,7 @@ from app.db.cancel_channel import ATTACH, LocalCancelChannel, PostgresCancelChan
 from app.db.session import Sessions
 from app.domain.chat import service
 from app.domain.chat.models import Conversation, Message, MessageRole
-from app.engine.base import EngineUnavailableError, SamplingParams
+from app.engine.base import EngineEvent, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, Delta, Start, Status, StreamEvent
 from app.streaming.generation import Generation, Outcome, final_from_outcome
 from app.streaming.manager import GenerationManager
@@ -110,13 +110,54 @@ class ReplyService:
         except BaseException:
             await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
             raise
-        source = str(conversation.source)
+        return self._run(
+            reply, request_id, str(user_id), str(user_message.id), str(conversation.source), stream
+        )
+
+    async def regenerate(
+        self, user_id: UUID, message_id: UUID, params: SamplingParams
+    ) -> Generation:
+        """Answer a reply's question again; the new reply takes the old one's place.
+
+        Same order as `start`: the engine accepts the prompt before any row changes. Raises
+        NotFoundError, service.NotRegenerableError, or EngineError before writing anything.
+        """
+        old = await service.get_message(self.sessions, user_id, message_id)
+        if old is None or old.role is not MessageRole.ASSISTANT:
+            raise NotFoundError(message_id)
+        messages, question_id = await service.regeneration_prompt(self.sessions, old)
+        if not self.manager.accepting:
+            raise EngineUnavailableError("the server is shutting down: try again in a moment")
+        request_id = uuid.uuid4().hex
+        stream = self.manager.open_stream(request_id, messages, params)  # may raise EngineError
+        try:
+            reply = await service.replace_reply(
+                self.sessions,
+                old,
+                self.model_name,
+                engine_request_id=request_id,
+                replica_id=self.replica_id,
+            )
+        except BaseException:
+            await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
+            raise
+        return self._run(reply, request_id, str(user_id), str(question_id), "page", stream)
+
+    def _run(
+        self,
+        reply: Message,
+        request_id: str,
+        user_id: str,
+        question_id: str,
+        source: str,
+        stream: AsyncIterator[EngineEvent],
+    ) -> Generation:
         generation = Generation(
             message_id=str(reply.id),
             request_id=request_id,
-            conversation_id=str(conversation.id),
-            user_id=str(user_id),
-            user_message_id=str(user_message.id),
+            conversation_id=str(reply.conversation_id),
+            user_id=user_id,
+            user_message_id=question_id,
             source=source,
             model=self.model_name,
             grace_s=self.grace_by_source.get(source, 0.0),

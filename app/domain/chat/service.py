@@ -8,7 +8,9 @@ The life of a reply: `add_turn` stores the user's message and an empty assistant
 `streaming`, atomically; `save_progress` flushes the partial text; `finish_message` writes one final
 state. Final states are never overwritten (the updates are conditional on `status = 'streaming'`),
 so a late or duplicate finish, or a flush racing the finish, cannot corrupt a reply. At startup,
-`mark_interrupted_at_startup` closes what a dead server left streaming.
+`mark_interrupted_at_startup` closes what a dead server left streaming. Regenerate is
+`regeneration_prompt` (the history up to the question) then `replace_reply`, which sets the old
+reply's `replaced_at` and adds the new `streaming` one in one transaction.
 
 Functions that take a `user_id` are scoped to that owner: another user's ids behave as if they did
 not exist (None / False), so the web layer can answer 404 without a separate permission check.
@@ -42,6 +44,10 @@ DEFAULT_TITLE = "New chat"
 
 class ConversationNotFoundError(LookupError):
     """No conversation with this id."""
+
+
+class NotRegenerableError(Exception):
+    """This reply cannot be answered again (the message says why, for the user)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +387,8 @@ async def get_message_unscoped(sessions: Sessions, message_id: UUID) -> Message 
 async def list_messages(
     sessions: Sessions, user_id: UUID, conversation_id: UUID
 ) -> list[Message] | None:
-    """The conversation's messages in order, or None when it is not the user's (or not there)."""
+    """The conversation's messages in order (regenerated replies left out), or None when it is not
+    the user's (or not there)."""
     async with transaction(sessions) as session:
         owned = await session.scalar(
             select(Conversation.id).where(
@@ -393,29 +400,134 @@ async def list_messages(
         return list(
             await session.scalars(
                 select(Message)
-                .where(Message.conversation_id == conversation_id)
+                .where(Message.conversation_id == conversation_id, Message.replaced_at.is_(None))
                 .order_by(Message.created_at)
             )
         )
 
 
-async def conversation_history(sessions: Sessions, conversation_id: UUID) -> list[dict[str, str]]:
-    """The conversation as chat messages for the prompt, oldest first.
+def _prompt_rows(conversation_id: UUID) -> Select[Any]:
+    """The messages a prompt is built from: not streaming, not replaced by a regeneration."""
+    return (
+        select(Message.role, Message.content)
+        .where(
+            Message.conversation_id == conversation_id,
+            Message.status != MessageStatus.STREAMING,
+            Message.replaced_at.is_(None),
+        )
+        .order_by(Message.created_at)
+    )
 
-    Replies still streaming (including the one about to be generated) are left out, and so are
-    replies that ended with no text at all; a cut-short reply keeps the part the user saw.
+
+def _as_chat(rows: Any) -> list[dict[str, str]]:
+    """Rows as chat messages; replies that ended with no text at all are left out (a cut-short
+    reply keeps the part the user saw)."""
+    return [
+        {"role": str(role), "content": content}
+        for role, content in rows
+        if content or role is not MessageRole.ASSISTANT
+    ]
+
+
+async def conversation_history(sessions: Sessions, conversation_id: UUID) -> list[dict[str, str]]:
+    """The conversation as chat messages for the prompt, oldest first."""
+    async with transaction(sessions) as session:
+        return _as_chat(await session.execute(_prompt_rows(conversation_id)))
+
+
+def _later_message(reply: Message) -> Select[Any]:
+    """Any message of the conversation after `reply` that is still part of the chat."""
+    return select(Message.id).where(
+        Message.conversation_id == reply.conversation_id,
+        Message.created_at > reply.created_at,
+        Message.replaced_at.is_(None),
+    )
+
+
+async def regeneration_prompt(
+    sessions: Sessions, reply: Message
+) -> tuple[list[dict[str, str]], UUID]:
+    """The chat messages `reply` answered, to answer them again, and the question's id.
+
+    Only the latest reply of a page conversation, once it has ended, can be regenerated: an
+    earlier one has later turns built on it, and an API conversation's prompt was the client's
+    own message list, not what is stored. Raises NotRegenerableError saying which.
     """
     async with transaction(sessions) as session:
-        rows = await session.execute(
-            select(Message.role, Message.content)
+        conversation = await session.get(Conversation, reply.conversation_id)
+        if conversation is None or conversation.source is not ConversationSource.PAGE:
+            raise NotRegenerableError("only replies in the chat page can be regenerated")
+        if reply.replaced_at is not None:
+            raise NotRegenerableError("this reply was already regenerated")
+        if not reply.is_final:
+            raise NotRegenerableError("this reply is still streaming: stop it first")
+        if await session.scalar(_later_message(reply).limit(1)) is not None:
+            raise NotRegenerableError("only the latest reply can be regenerated")
+        history = _as_chat(
+            await session.execute(
+                _prompt_rows(reply.conversation_id).where(Message.created_at < reply.created_at)
+            )
+        )
+        question_id = await session.scalar(
+            select(Message.id)
             .where(
-                Message.conversation_id == conversation_id,
+                Message.conversation_id == reply.conversation_id,
+                Message.role == MessageRole.USER,
+                Message.created_at < reply.created_at,
+            )
+            .order_by(Message.created_at.desc())
+            .limit(1)
+        )
+    if question_id is None or not history or history[-1]["role"] != MessageRole.USER:
+        raise NotRegenerableError("there is no question before this reply to answer again")
+    return history, question_id
+
+
+async def replace_reply(
+    sessions: Sessions,
+    reply: Message,
+    model: str | None,
+    *,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+) -> Message:
+    """Mark `reply` replaced and add its `streaming` successor, in one transaction.
+
+    The conditional UPDATE makes two regenerations of the same reply race safely: the second
+    finds it already replaced (or a newer turn in the way) and raises NotRegenerableError.
+    """
+    now = utcnow()
+    async with transaction(sessions) as session:
+        if await session.scalar(_later_message(reply).limit(1)) is not None:
+            raise NotRegenerableError("only the latest reply can be regenerated")
+        replaced = await session.execute(
+            update(Message)
+            .where(
+                Message.id == reply.id,
+                Message.replaced_at.is_(None),
                 Message.status != MessageStatus.STREAMING,
             )
-            .order_by(Message.created_at)
+            .values(replaced_at=now)
+            .execution_options(synchronize_session=False)
         )
-        return [
-            {"role": str(role), "content": content}
-            for role, content in rows
-            if content or role is not MessageRole.ASSISTANT
-        ]
+        if replaced.rowcount != 1:
+            raise NotRegenerableError("this reply was already regenerated")
+        await session.execute(
+            update(Conversation)
+            .where(Conversation.id == reply.conversation_id)
+            .values(updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        successor = Message(
+            conversation_id=reply.conversation_id,
+            role=MessageRole.ASSISTANT,
+            content="",
+            status=MessageStatus.STREAMING,
+            model=model,
+            engine_request_id=engine_request_id,
+            replica_id=replica_id,
+            completion_tokens=0,
+            created_at=now,
+        )
+        session.add(successor)
+    return successor

@@ -1,8 +1,8 @@
 """The page's WebSocket (`/ws`): the same reply events as the SSE stream, as JSON, both ways.
 
-The client sends `send`, `cancel` and `resume`; the server sends `start`, `delta`, `final`/`error`
-(the same payloads as the SSE events, with `type` and `id`), `ping` when idle, and `rejected` for a
-request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
+The client sends `send`, `cancel`, `resume` and `regenerate`; the server sends `start`, `delta`,
+`final`/`error` (the same payloads as the SSE events, with `type` and `id`), `ping` when idle, and
+`rejected` for a request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
 so a `cancel` lands mid-stream. Frames that are not JSON text close the socket with a reason.
 """
 
@@ -24,8 +24,10 @@ from litestar.exceptions import ClientException, HTTPException
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.controllers import (
+    ReplyOptions,
     SendMessage,
     check_content,
+    regenerate_reply,
     sampling_params,
     start_reply,
 )
@@ -48,6 +50,12 @@ CLOSE_UNAUTHORIZED = 4401  # no logged-in user
 class SendRequest(SendMessage, forbid_unknown_fields=True):
     type: str = "send"
     conversation_id: UUID | None = None
+    client_ref: str | None = None
+
+
+class RegenerateRequest(ReplyOptions, kw_only=True):
+    type: str
+    message_id: UUID
     client_ref: str | None = None
 
 
@@ -122,8 +130,12 @@ class ChatSocket:
                 await self.on_cancel(msgspec.convert(request, CancelRequest))
             elif kind == "resume":
                 await self.on_resume(msgspec.convert(request, ResumeRequest))
+            elif kind == "regenerate":
+                await self.on_regenerate(msgspec.convert(request, RegenerateRequest))
             else:
-                await self.reject(f"unknown type {kind!r}: use send, cancel or resume", client_ref)
+                await self.reject(
+                    f"unknown type {kind!r}: use send, cancel, resume or regenerate", client_ref
+                )
         except msgspec.ValidationError as exc:
             await self.reject(f"invalid {kind} request: {exc}", client_ref)
         except HTTPException as exc:
@@ -144,6 +156,10 @@ class ChatSocket:
         except ValueError as exc:
             raise ClientException(str(exc)) from exc
         generation = await start_reply(services.replies, self.user, conversation, content, params)
+        self.stream(generation, after=0, client_ref=request.client_ref)
+
+    async def on_regenerate(self, request: RegenerateRequest) -> None:
+        generation = await regenerate_reply(self.services, self.user, request.message_id, request)
         self.stream(generation, after=0, client_ref=request.client_ref)
 
     async def _find(self, message_id: UUID) -> Generation | Message:

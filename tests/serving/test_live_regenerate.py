@@ -1,0 +1,167 @@
+"""Regenerate (`POST /api/messages/{id}/regenerate`) against a real server and the real SmolLM2
+model, on SQLite and PostgreSQL.
+
+Regenerate answers the latest reply's question again: the new reply streams like any other and
+takes the old one's place in the chat and in later prompts, while the old row stays in the
+database (`replaced_at` set) for the admin. Greedy decoding makes "the same prompt" checkable: the
+new reply has the old one's prompt token count and text.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from tests.live_server import (
+    PageClient,
+    PageStream,
+    SseReader,
+    query,
+    read_stream,
+    row_counts,
+    uuid_text,
+)
+
+GREEDY: dict[str, Any] = {"temperature": 0, "seed": 7, "max_tokens": 12}
+STORY = "Write a long story about a dragon."
+
+
+@contextmanager
+def regenerate(client: PageClient, message_id: str, **params: Any):  # type: ignore[no-untyped-def]
+    with client.http.stream(
+        "POST",
+        f"/api/messages/{message_id}/regenerate",
+        json=params,
+        headers=client.csrf_headers(),
+    ) as response:
+        yield response
+
+
+def ask(client: PageClient, conversation: str, content: str) -> PageStream:
+    with client.send(conversation, content, **GREEDY) as response:
+        assert response.status_code == 200, response.read()
+        record = read_stream(response)
+    assert record.end is not None and record.end.event == "final"
+    return record
+
+
+def replaced_ids(database_url: str, conversation: str) -> set[str]:
+    rows = query(database_url, "SELECT id, conversation_id, replaced_at FROM messages")
+    return {
+        uuid_text(r["id"])
+        for r in rows
+        if uuid_text(r["conversation_id"]) == conversation and r["replaced_at"] is not None
+    }
+
+
+def test_regenerate_replaces_the_latest_reply(alice: PageClient, live_database_url: str) -> None:
+    """The new reply streams (start, deltas, final), answers the same question (same user
+    message id, same prompt tokens, and with greedy decoding the same text), and replaces the old
+    reply in the conversation; the old row is kept, marked replaced. A second turn's prompt does
+    not contain the replaced reply: its prompt is as long as if there had been one reply only."""
+    conversation = alice.new_conversation()
+    first = ask(alice, conversation, "Say hello.")
+    old_id = first.message_id
+
+    with regenerate(alice, old_id, **GREEDY) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        again = read_stream(response)
+    assert again.end is not None and again.end.event == "final", again.events[-1:]
+    assert again.message_id != old_id
+    assert again.start["user_message_id"] == first.start["user_message_id"]
+    assert len(again.deltas) >= 2
+    new = alice.wait_final(conversation, again.message_id)
+    old_final = first.end.json() if first.end else {}
+    assert new["status"] in ("completed", "length")
+    assert new["prompt_tokens"] == old_final["usage"]["prompt_tokens"]
+    assert new["content"] == again.text == first.text  # greedy: the same answer
+
+    messages = alice.conversation(conversation)["messages"]
+    assert [(m["role"], m["id"]) for m in messages] == [
+        ("user", first.start["user_message_id"]),
+        ("assistant", again.message_id),
+    ]
+    assert replaced_ids(live_database_url, conversation) == {old_id}
+    old_row = query(
+        live_database_url,
+        "SELECT content, status FROM messages WHERE replaced_at IS NOT NULL AND content = :c",
+        c=first.text,
+    )
+    assert old_row, "the replaced reply's row (and text) is gone"
+    # The admin still sees both replies, the old one marked replaced.
+    page = alice.http.get(f"/admin/conversations/{conversation}").text
+    assert f'data-message-id="{old_id}" data-replaced="true"' in page
+    assert f'data-message-id="{again.message_id}">' in page
+
+    # The next turn is built on the new reply only: regenerating that turn's answer sees the
+    # same prompt as the original second answer did.
+    second = ask(alice, conversation, "Now say goodbye.")
+    with regenerate(alice, second.message_id, **GREEDY) as response:
+        assert response.status_code == 200
+        second_again = read_stream(response)
+    assert second_again.end is not None
+    assert (
+        second_again.end.json()["usage"]["prompt_tokens"]
+        == second.end.json()["usage"]["prompt_tokens"]  # type: ignore[union-attr]
+    )
+    assert replaced_ids(live_database_url, conversation) == {old_id, second.message_id}
+
+
+def test_regenerate_refusals_write_nothing(
+    alice: PageClient, bob: PageClient, live_database_url: str
+) -> None:
+    """Every reply that cannot be regenerated gets a clear 4xx and changes nothing: an earlier
+    reply (409), an already replaced one (409), one still streaming (409), another user's (404),
+    a user message (404), an unknown id (404), out-of-range sampling params (400)."""
+    conversation = alice.new_conversation()
+    first = ask(alice, conversation, "Say hello.")
+    second = ask(alice, conversation, "Say goodbye.")
+
+    def refused(client: PageClient, message_id: str, status: int, **params: Any) -> str:
+        before = row_counts(live_database_url)
+        replaced_before = replaced_ids(live_database_url, conversation)
+        with regenerate(client, message_id, **params) as response:
+            body = response.read()
+        assert response.status_code == status, (response.status_code, body)
+        assert row_counts(live_database_url) == before
+        assert replaced_ids(live_database_url, conversation) == replaced_before
+        return response.json()["detail"]
+
+    assert "latest" in refused(alice, first.message_id, 409)
+    assert refused(bob, second.message_id, 404) == "no such message"
+    assert refused(alice, first.start["user_message_id"], 404) == "no such message"
+    assert refused(alice, "00000000-0000-4000-8000-000000000000", 404) == "no such message"
+    assert "max_tokens" in refused(alice, second.message_id, 400, max_tokens=0)
+
+    with regenerate(alice, second.message_id, **GREEDY) as response:
+        assert response.status_code == 200
+        third = read_stream(response)
+    assert "already" in refused(alice, second.message_id, 409)
+
+    # While a reply streams it cannot be regenerated (stop it first).
+    with alice.send(conversation, STORY, temperature=0, max_tokens=400) as response:
+        record = PageStream()
+        for item in SseReader(response):
+            event = record.add(item)
+            if event is not None and event.event == "delta":
+                break
+        streaming_id = record.message_id
+        assert "streaming" in refused(alice, streaming_id, 409)
+        assert alice.cancel(streaming_id).json()["status"] == "cancelled"
+    assert third.message_id != second.message_id
+    assert alice.wait_engine_idle(timeout_s=10)["running"] == 0
+
+
+def test_regenerate_needs_the_csrf_token(alice: PageClient) -> None:
+    """A cookie-authenticated write: without the CSRF header it is refused before anything."""
+    conversation = alice.new_conversation()
+    first = ask(alice, conversation, "Say hello.")
+    response = alice.http.post(f"/api/messages/{first.message_id}/regenerate", json={})
+    assert response.status_code == 403
+    anonymous = httpx.post(f"{alice.base_url}/api/messages/{first.message_id}/regenerate")
+    assert anonymous.status_code in (401, 403)
+    messages = alice.conversation(conversation)["messages"]
+    assert [m["id"] for m in messages][-1] == first.message_id
