@@ -324,17 +324,20 @@ class ChatPage:
         return self.page.evaluate("window.__sampler.takeRecords(), window.__samples")
 
 
-def ask_for_longer_replies(page: Page, max_tokens: int) -> None:
-    """Sends from this page ask the real server for `max_tokens` (over SSE or the WebSocket)
-    instead of the e2e server's small default: a test whose reply must outlast something (an
-    outage) must not depend on how fast this machine decodes. Responses pass through untouched,
-    still streaming."""
+def ask_for_longer_replies(page: Page, max_tokens: int, only: str | None = None) -> None:
+    """Sends from this page (those of the message `only`, if given) ask the real server for
+    `max_tokens` (over SSE or the WebSocket) instead of the e2e server's small default: a test
+    whose reply must outlast something (an outage, a reload, a Stop on its way) must not depend on
+    how fast this machine decodes. Responses pass through untouched, still streaming."""
+
+    def wanted(content: object) -> bool:
+        return only is None or content == only
 
     def sse(route: Route) -> None:
-        if route.request.method != "POST":
+        body = json.loads(route.request.post_data or "{}") if route.request.method == "POST" else {}
+        if not wanted(body.get("content")):
             route.continue_()
             return
-        body = json.loads(route.request.post_data or "{}")
         route.continue_(post_data=json.dumps({**body, "max_tokens": max_tokens}))
 
     def ws(route: WebSocketRoute) -> None:
@@ -342,7 +345,7 @@ def ask_for_longer_replies(page: Page, max_tokens: int) -> None:
 
         def to_server(message: str | bytes) -> None:
             frame = json.loads(message)
-            if frame.get("type") == "send":
+            if frame.get("type") == "send" and wanted(frame.get("content")):
                 frame["max_tokens"] = max_tokens
             server.send(json.dumps(frame))
 
@@ -397,6 +400,7 @@ def stop_mid_reply_then_reload(
 ) -> None:
     """Stop a reply mid-stream: the badge says "stopped", the row is `cancelled` with exactly the
     text on screen, the engine runs nothing, and a reload brings back the same text and badge."""
+    ask_for_longer_replies(chat.page, 400)  # Stop lands mid-reply on any machine
     chat.open()
     chat.use_transport(transport)
     reply = chat.send(STORY)

@@ -87,7 +87,9 @@ def test_history_comes_back_with_badges(
     """A conversation with a stopped reply and one cut by the token limit (a 2000-word essay
     takes far more than DEFAULT_MAX_TOKENS): after a reload both come back in order, with their
     texts and their badges ("stopped", "length limit")."""
-    chat = ChatPage(new_user().page).open()
+    user = new_user()
+    ask_for_longer_replies(user.page, 400, only=STORY)  # Stop lands mid-reply on any machine
+    chat = ChatPage(user.page).open()
     chat.use_transport(transport)
     first = chat.send(STORY)
     chat.wait_text(first, 30)

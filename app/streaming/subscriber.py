@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from app.streaming import metrics
@@ -44,7 +44,6 @@ class Subscriber:
         self._taking = False  # the consumer is waiting in `events()` (not stuck in a send)
         self._final_sent = False
         self._killed: CancelCause | None = None
-        self.on_kill: Callable[[], None] | None = None  # e.g. close the WebSocket
         self._closed = False
         self._last_delta_at: float | None = None  # wall clock, for the delivered-latency metrics
         # Labelled metrics resolved once, not per event.
@@ -124,7 +123,13 @@ class Subscriber:
         )
 
     def kill(self, cause: CancelCause) -> None:
-        """The watchdog's verdict: this client is gone."""
+        """The watchdog's verdict: this client is gone.
+
+        The reply lets go of it at once (and is aborted, no grace, if nobody else follows it). The
+        connection itself is left to end on its own: the consumer is stuck in a send, which
+        returns when the client reads or leaves, and the stream then ends without a Final. Until
+        then it costs its socket buffers, nothing more.
+        """
         if self._killed is not None:
             return
         self._killed = cause
@@ -133,8 +138,6 @@ class Subscriber:
         self._release()
         self._wake.set()
         self.generation.detach(self, gone=True, cause=cause)
-        if self.on_kill is not None:
-            self.on_kill()
 
     def close(self) -> None:
         """The connection ended. Before the Final event, that means the client went away."""
