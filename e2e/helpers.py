@@ -326,9 +326,12 @@ class ChatPage:
 
 def ask_for_longer_replies(page: Page, max_tokens: int, only: str | None = None) -> None:
     """Sends from this page (those of the message `only`, if given) ask the real server for
-    `max_tokens` (over SSE or the WebSocket) instead of the e2e server's small default: a test
-    whose reply must outlast something (an outage, a reload, a Stop on its way) must not depend on
-    how fast this machine decodes. Responses pass through untouched, still streaming."""
+    `max_tokens`, greedy, over SSE or the WebSocket, instead of the e2e server's small default
+    and sampling: a test whose reply must outlast something (an outage, a reload, a Stop on its
+    way) must not depend on how fast this machine decodes, nor on a sampled reply ending early
+    (greedy SmolLM2 runs to the limit on STORY and ESSAY). Responses pass through untouched,
+    still streaming."""
+    longer = {"max_tokens": max_tokens, "temperature": 0}
 
     def wanted(content: object) -> bool:
         return only is None or content == only
@@ -338,7 +341,7 @@ def ask_for_longer_replies(page: Page, max_tokens: int, only: str | None = None)
         if not wanted(body.get("content")):
             route.continue_()
             return
-        route.continue_(post_data=json.dumps({**body, "max_tokens": max_tokens}))
+        route.continue_(post_data=json.dumps({**body, **longer}))
 
     def ws(route: WebSocketRoute) -> None:
         server = route.connect_to_server()
@@ -346,7 +349,7 @@ def ask_for_longer_replies(page: Page, max_tokens: int, only: str | None = None)
         def to_server(message: str | bytes) -> None:
             frame = json.loads(message)
             if frame.get("type") == "send" and wanted(frame.get("content")):
-                frame["max_tokens"] = max_tokens
+                frame.update(longer)
             server.send(json.dumps(frame))
 
         route.on_message(to_server)
