@@ -219,6 +219,7 @@ def test_regenerate_replaces_the_latest_reply_in_place(
     expect(chat.assistant_messages()).to_have_count(2)
     expect(chat.user_messages()).to_have_count(2)
     chat.assert_screen_is(fresh, chat.stored(fresh)["content"])
+    screenshot(chat.page, f"chat-regenerated-{transport}")
 
     chat.reload()
     expect(chat.assistant_messages()).to_have_count(2)

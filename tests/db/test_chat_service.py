@@ -304,6 +304,70 @@ async def test_conversation_history_for_the_prompt(
     ]
 
 
+async def test_regenerating_the_latest_reply(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    """The prompt is the history up to the question; the old reply is marked replaced and its
+    successor streams; the chat and later prompts see the successor only."""
+    _, r1 = await chat.add_turn(db_sessions, conversation.id, "first", "m")
+    await chat.finish_message(db_sessions, r1.id, "completed", content="answer one")
+    q2, r2 = await chat.add_turn(db_sessions, conversation.id, "second", "m")
+    await chat.finish_message(db_sessions, r2.id, "completed", content="answer two")
+    r2 = await _reload(db_sessions, r2.id)
+
+    history, question = await chat.regeneration_prompt(db_sessions, r2)
+    assert question == q2.id
+    assert history == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "answer one"},
+        {"role": "user", "content": "second"},
+    ]
+    new = await chat.replace_reply(db_sessions, r2, "m", engine_request_id="req")
+    assert new.status is MessageStatus.STREAMING and new.created_at > r2.created_at
+    assert (await _reload(db_sessions, r2.id)).replaced_at is not None
+    await chat.finish_message(db_sessions, new.id, "completed", content="answer two, again")
+
+    listed = await chat.list_messages(db_sessions, conversation.user_id, conversation.id)
+    assert listed is not None
+    assert [m.content for m in listed] == ["first", "answer one", "second", "answer two, again"]
+    assert (await chat.conversation_history(db_sessions, conversation.id))[-1] == {
+        "role": "assistant",
+        "content": "answer two, again",
+    }
+
+
+async def test_only_the_latest_finished_reply_can_be_regenerated(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    _, r1 = await chat.add_turn(db_sessions, conversation.id, "first", "m")
+    await chat.finish_message(db_sessions, r1.id, "completed", content="one")
+    _, r2 = await chat.add_turn(db_sessions, conversation.id, "second", "m")  # still streaming
+    r1 = await _reload(db_sessions, r1.id)
+    with pytest.raises(chat.NotRegenerableError, match="streaming"):
+        await chat.regeneration_prompt(db_sessions, r2)
+    with pytest.raises(chat.NotRegenerableError, match="latest"):
+        await chat.regeneration_prompt(db_sessions, r1)
+    with pytest.raises(chat.NotRegenerableError, match="latest"):
+        await chat.replace_reply(db_sessions, r1, "m")
+    assert (await _reload(db_sessions, r1.id)).replaced_at is None
+    assert await _message_count(db_sessions, conversation.id) == 4
+
+
+async def test_concurrent_regenerations_have_one_winner(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    _, reply = await chat.add_turn(db_sessions, conversation.id, "Go", "m")
+    await chat.finish_message(db_sessions, reply.id, "completed", content="done")
+    reply = await _reload(db_sessions, reply.id)
+    results = await asyncio.gather(
+        *(chat.replace_reply(db_sessions, reply, "m") for _ in range(6)), return_exceptions=True
+    )
+    winners = [r for r in results if isinstance(r, Message)]
+    assert len(winners) == 1, results
+    assert all(isinstance(r, chat.NotRegenerableError) for r in results if r not in winners)
+    assert await _message_count(db_sessions, conversation.id) == 3
+
+
 async def test_list_conversations_most_recent_first(db_sessions: Sessions, owner: User) -> None:
     older = await chat.create_conversation(db_sessions, owner.id, "older")
     newer = await chat.create_conversation(db_sessions, owner.id, "newer", "api")

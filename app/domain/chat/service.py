@@ -197,6 +197,27 @@ async def delete_conversation(sessions: Sessions, user_id: UUID, conversation_id
 # --- messages -----------------------------------------------------------------------------------
 
 
+def _new_reply(
+    conversation_id: UUID,
+    model: str | None,
+    engine_request_id: str | None,
+    replica_id: str | None,
+    created_at: datetime,
+) -> Message:
+    """An empty assistant message, `streaming` until its reply ends."""
+    return Message(
+        conversation_id=conversation_id,
+        role=MessageRole.ASSISTANT,
+        content="",
+        status=MessageStatus.STREAMING,
+        model=model,
+        engine_request_id=engine_request_id,
+        replica_id=replica_id,
+        completion_tokens=0,
+        created_at=created_at,
+    )
+
+
 async def add_turn(
     sessions: Sessions,
     conversation_id: UUID,
@@ -228,16 +249,8 @@ async def add_turn(
             status=MessageStatus.COMPLETED,
             created_at=now,
         )
-        assistant_message = Message(
-            conversation_id=conversation_id,
-            role=MessageRole.ASSISTANT,
-            content="",
-            status=MessageStatus.STREAMING,
-            model=model,
-            engine_request_id=engine_request_id,
-            replica_id=replica_id,
-            completion_tokens=0,
-            created_at=now + timedelta(microseconds=1),
+        assistant_message = _new_reply(
+            conversation_id, model, engine_request_id, replica_id, now + timedelta(microseconds=1)
         )
         session.add_all([user_message, assistant_message])
     return user_message, assistant_message
@@ -518,16 +531,6 @@ async def replace_reply(
             .values(updated_at=now)
             .execution_options(synchronize_session=False)
         )
-        successor = Message(
-            conversation_id=reply.conversation_id,
-            role=MessageRole.ASSISTANT,
-            content="",
-            status=MessageStatus.STREAMING,
-            model=model,
-            engine_request_id=engine_request_id,
-            replica_id=replica_id,
-            completion_tokens=0,
-            created_at=now,
-        )
+        successor = _new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
         session.add(successor)
     return successor
