@@ -155,8 +155,9 @@ def test_regenerate_refusals_write_nothing(
     assert alice.wait_engine_idle(timeout_s=10)["running"] == 0
 
 
-def test_regenerate_needs_the_csrf_token(alice: PageClient) -> None:
-    """A cookie-authenticated write: without the CSRF header it is refused before anything."""
+def test_regenerate_needs_the_csrf_token_and_nothing_else(alice: PageClient) -> None:
+    """A cookie-authenticated write: without the CSRF header it is refused before anything.
+    With it, no body at all is fine (the server's sampling defaults)."""
     conversation = alice.new_conversation()
     first = ask(alice, conversation, "Say hello.")
     response = alice.http.post(f"/api/messages/{first.message_id}/regenerate", json={})
@@ -165,3 +166,13 @@ def test_regenerate_needs_the_csrf_token(alice: PageClient) -> None:
     assert anonymous.status_code in (401, 403)
     messages = alice.conversation(conversation)["messages"]
     assert [m["id"] for m in messages][-1] == first.message_id
+
+    with alice.http.stream(
+        "POST",
+        f"/api/messages/{first.message_id}/regenerate",
+        headers=alice.csrf_headers(),
+    ) as response:
+        again = read_stream(response)
+    assert again.end is not None and again.end.event == "final"
+    messages = alice.conversation(conversation)["messages"]
+    assert [m["id"] for m in messages][-1] == again.message_id != first.message_id
