@@ -7,6 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from app.domain.chat import service as chat_service
+from app.domain.chat.controllers import message_json
 from app.domain.chat.models import Message
 from app.streaming.events import CancelCause
 from app.web.services import Services
@@ -30,28 +31,17 @@ def stream_health_warning(message: Message) -> str | None:
 
 
 def message_row(m: Message) -> dict[str, Any]:
+    """A message as its owner's API shows it, plus what only the admin sees; timestamps stay
+    datetimes (the pages format them, the JSON API serialises them)."""
     return {
-        "id": str(m.id),
-        "role": str(m.role),
-        "content": m.content,
-        "status": str(m.status),
-        "finish_reason": m.finish_reason,
-        "error": m.error,
-        "model": m.model,
-        "prompt_tokens": m.prompt_tokens,
-        "completion_tokens": m.completion_tokens,
+        **message_json(m),
         "created_at": m.created_at,
         "queued_at": m.queued_at,
         "first_token_at": m.first_token_at,
         "finished_at": m.finished_at,
-        "ttft_ms": m.ttft_ms,
-        "gap_p50_ms": m.gap_p50_ms,
-        "gap_p99_ms": m.gap_p99_ms,
-        "cancel_token_index": m.cancel_token_index,
-        "tokens_after_cancel": m.tokens_after_cancel,
+        "replaced_at": m.replaced_at,
         "client_ttft_ms": m.client_ttft_ms,
         "replica_id": m.replica_id,
-        "replaced_at": m.replaced_at,
         "stream_health_warning": stream_health_warning(m),
     }
 
