@@ -3,8 +3,9 @@ model, on SQLite and PostgreSQL.
 
 Regenerate answers the latest reply's question again: the new reply streams like any other and
 takes the old one's place in the chat and in later prompts, while the old row stays in the
-database (`replaced_at` set) for the admin. Greedy decoding makes "the same prompt" checkable: the
-new reply has the old one's prompt token count and text.
+database (`replaced_at` set) for the admin. "The same prompt" shows as the same prompt token count.
+(Not the same text, even greedy: the regenerate reuses the cached prompt, and a last token decoded
+alone instead of inside a prefill chunk may round differently.)
 """
 
 from __future__ import annotations
@@ -58,9 +59,9 @@ def replaced_ids(database_url: str, conversation: str) -> set[str]:
 
 def test_regenerate_replaces_the_latest_reply(alice: PageClient, live_database_url: str) -> None:
     """The new reply streams (start, deltas, final), answers the same question (same user
-    message id, same prompt tokens, and with greedy decoding the same text), and replaces the old
-    reply in the conversation; the old row is kept, marked replaced. A second turn's prompt does
-    not contain the replaced reply: its prompt is as long as if there had been one reply only."""
+    message id, same prompt tokens), and replaces the old reply in the conversation; the old row
+    is kept, marked replaced. A second turn's prompt does not contain the replaced reply: its
+    prompt is as long as if there had been one reply only."""
     conversation = alice.new_conversation()
     first = ask(alice, conversation, "Say hello.")
     old_id = first.message_id
@@ -77,7 +78,7 @@ def test_regenerate_replaces_the_latest_reply(alice: PageClient, live_database_u
     old_final = first.end.json() if first.end else {}
     assert new["status"] in ("completed", "length")
     assert new["prompt_tokens"] == old_final["usage"]["prompt_tokens"]
-    assert new["content"] == again.text == first.text  # greedy: the same answer
+    assert new["content"] == again.text
 
     messages = alice.conversation(conversation)["messages"]
     assert [(m["role"], m["id"]) for m in messages] == [
