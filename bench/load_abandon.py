@@ -79,6 +79,7 @@ from serving_overhead import (
     run_loop,
     signup,
     sqlite_url,
+    stored_replies,
     stream_reply,
     stream_reply_raw,
 )
@@ -236,52 +237,6 @@ async def engine_snapshot(client: httpx.AsyncClient) -> dict[str, Any]:
 async def metric_lines(client: httpx.AsyncClient, prefixes: Sequence[str]) -> list[str]:
     text = (await client.get("/metrics", timeout=10)).text
     return [ln for ln in text.splitlines() if ln.startswith(tuple(prefixes))]
-
-
-async def replies_by_conversation(
-    database_url: str, conversation_ids: Sequence[str]
-) -> dict[str, dict[str, Any]]:
-    """The assistant reply of each conversation: status, tokens, times (epoch seconds)."""
-    from sqlalchemy import select
-    from sqlalchemy.pool import NullPool
-
-    from app.db.engine import create_engine
-    from app.domain.chat.models import Message, MessageRole
-
-    def epoch(value: Any) -> float | None:
-        return None if value is None else value.timestamp()
-
-    ids = [uuid.UUID(c) for c in conversation_ids]
-    engine = create_engine(database_url, poolclass=NullPool)
-    out: dict[str, dict[str, Any]] = {}
-    try:
-        async with engine.connect() as conn:
-            for i in range(0, len(ids), 500):
-                rows = await conn.execute(
-                    select(
-                        Message.conversation_id,
-                        Message.status,
-                        Message.completion_tokens,
-                        Message.queued_at,
-                        Message.first_token_at,
-                        Message.finished_at,
-                        Message.created_at,
-                    ).where(
-                        Message.conversation_id.in_(ids[i : i + 500]),
-                        Message.role == MessageRole.ASSISTANT,
-                    )
-                )
-                for row in rows:
-                    out[str(row.conversation_id)] = {
-                        "status": str(row.status),
-                        "completion_tokens": row.completion_tokens or 0,
-                        "queued_at": epoch(row.queued_at),
-                        "first_token_at": epoch(row.first_token_at),
-                        "finished_at": epoch(row.finished_at),
-                    }
-    finally:
-        await engine.dispose()
-    return out
 
 
 async def count_streaming(database_url: str, conversation_ids: Sequence[str]) -> tuple[int, int]:
@@ -480,7 +435,7 @@ async def run_once(
         report.streaming_mine, report.streaming_all = await count_streaming(
             db_url, list(report.conv_role)
         )
-        report.replies = await replies_by_conversation(db_url, list(report.conv_role))
+        report.replies = await stored_replies(db_url, list(report.conv_role), by="conversation_id")
     finally:
         server.stop()
         report.server = server

@@ -380,6 +380,15 @@ class StreamResult:
         return [b - a for a, b in itertools.pairwise(times)]
 
 
+def message_body(content: str, max_tokens: int | None) -> dict[str, Any]:
+    """The JSON body of a send; no max_tokens means the server's default."""
+    return (
+        {"content": content}
+        if max_tokens is None
+        else {"content": content, "max_tokens": max_tokens}
+    )
+
+
 async def stream_reply(
     client: httpx.AsyncClient,
     conversation_id: str,
@@ -392,9 +401,7 @@ async def stream_reply(
     """POST a message and read its SSE reply to the end (or close it after `close_after_s`)."""
     if start is not None:
         await start.wait()
-    body: dict[str, Any] = {"content": content}
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
+    body = message_body(content, max_tokens)
     result = StreamResult(sent_at=time.time())
     chunks: list[tuple[float, bytes]] = []
 
@@ -519,10 +526,7 @@ async def stream_reply_raw(
     if start is not None:
         await start.wait()
     url = httpx.URL(str(client.base_url))
-    body: dict[str, Any] = {"content": content}
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    request = raw_request(client, conversation_id, body)
+    request = raw_request(client, conversation_id, message_body(content, max_tokens))
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     result = StreamResult(sent_at=time.time())
@@ -546,35 +550,42 @@ async def stream_reply_raw(
     return result
 
 
-async def engine_times(database_url: str, message_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """queued_at / first_token_at / finished_at (epoch seconds) and status of replies, by id."""
+async def stored_replies(
+    database_url: str, ids: Sequence[str], *, by: str = "id"
+) -> dict[str, dict[str, Any]]:
+    """Assistant replies as stored, keyed by message id (`by="id"`) or by conversation id
+    (`by="conversation_id"`): status, completion tokens, and queued_at / first_token_at /
+    finished_at in epoch seconds."""
     from sqlalchemy import select
     from sqlalchemy.pool import NullPool
 
     from app.db.engine import create_engine
-    from app.domain.chat.models import Message
+    from app.domain.chat.models import Message, MessageRole
 
     def epoch(value: Any) -> float | None:
         return None if value is None else value.timestamp()
 
-    ids = [uuid.UUID(m) for m in message_ids if m]
+    key = getattr(Message, by)
+    keys = [uuid.UUID(k) for k in ids if k]
     engine = create_engine(database_url, poolclass=NullPool)
     out: dict[str, dict[str, Any]] = {}
     try:
         async with engine.connect() as conn:
-            for i in range(0, len(ids), 500):
+            for i in range(0, len(keys), 500):
                 rows = await conn.execute(
                     select(
-                        Message.id,
+                        key.label("key"),
                         Message.status,
+                        Message.completion_tokens,
                         Message.queued_at,
                         Message.first_token_at,
                         Message.finished_at,
-                    ).where(Message.id.in_(ids[i : i + 500]))
+                    ).where(key.in_(keys[i : i + 500]), Message.role == MessageRole.ASSISTANT)
                 )
                 for row in rows:
-                    out[str(row.id)] = {
+                    out[str(row.key)] = {
                         "status": str(row.status),
+                        "completion_tokens": row.completion_tokens or 0,
                         "queued_at": epoch(row.queued_at),
                         "first_token_at": epoch(row.first_token_at),
                         "finished_at": epoch(row.finished_at),
@@ -809,7 +820,7 @@ async def run_level(
         profiler.send_signal(signal.SIGINT)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(profiler.wait(), 30)
-    db = await engine_times(database_url, [r.message_id for r in results if r.message_id])
+    db = await stored_replies(database_url, [r.message_id for r in results if r.message_id])
     return LevelReport(
         label=label,
         streams=n,
