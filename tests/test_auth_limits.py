@@ -94,3 +94,14 @@ async def test_a_known_device_is_counted_apart_from_strangers(store: AttemptStor
     await limits.start_login("10.0.0.1", "owner@example.com", device="d1")
     with pytest.raises(TooManyAttemptsError):
         await limits.start_login("10.0.0.1", "owner@example.com", device="d1")
+
+
+async def test_the_memory_store_forgets_expired_keys() -> None:
+    """One-off keys (an address seen once) do not pile up in a long-running process."""
+    store = MemoryAttemptStore()
+    store.SWEEP_ABOVE_KEYS = 10
+    for i in range(20):
+        await reserve_all(store, [Limit(f"once-{i}", 5, window_s=0.05)])
+    await asyncio.sleep(0.1)
+    await reserve_all(store, [Limit("fresh", 5, window_s=60)])
+    assert len(store._attempts) == 1

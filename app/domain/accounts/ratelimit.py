@@ -64,26 +64,30 @@ class AttemptStore(Protocol):
 class MemoryAttemptStore:
     """Attempts of this process only. Safe under asyncio: nothing here awaits."""
 
-    MAX_KEYS = 100_000  # past this many keys, expired ones are swept out
+    SWEEP_ABOVE_KEYS = 10_000  # past this many keys, the expired ones are dropped
 
     def __init__(self) -> None:
-        self._attempts: dict[str, dict[str, float]] = {}  # key -> token -> when
+        self._attempts: dict[str, dict[str, float]] = {}  # key -> token -> when it expires
 
-    def _live(self, key: str, window_s: float, now: float) -> dict[str, float]:
-        attempts = self._attempts.setdefault(key, {})
-        for token, at in list(attempts.items()):
-            if now - at >= window_s:
-                del attempts[token]
-        return attempts
+    def _sweep(self, now: float) -> None:
+        for key in list(self._attempts):
+            live = {t: end for t, end in self._attempts[key].items() if end > now}
+            if live:
+                self._attempts[key] = live
+            else:
+                del self._attempts[key]
 
     async def reserve(self, limit: Limit, token: str) -> float:
         now = time.monotonic()
-        if len(self._attempts) > self.MAX_KEYS:
-            self._attempts = {k: v for k, v in self._attempts.items() if v}
-        attempts = self._live(limit.key, limit.window_s, now)
+        if len(self._attempts) > self.SWEEP_ABOVE_KEYS:
+            self._sweep(now)
+        attempts = self._attempts.setdefault(limit.key, {})
+        for old, end in list(attempts.items()):
+            if end <= now:
+                del attempts[old]
         if len(attempts) >= limit.max_attempts:
-            return max(0.001, min(attempts.values()) + limit.window_s - now)
-        attempts[token] = now
+            return max(0.001, min(attempts.values()) - now)
+        attempts[token] = now + limit.window_s
         return 0.0
 
     async def release(self, key: str, token: str) -> None:
