@@ -95,6 +95,19 @@ class Settings:
     max_message_chars: int = 16000
     default_max_tokens: int = 512
     debug: bool = False
+    # Cookies marked Secure: "auto" when the request came over https (uvicorn takes the scheme
+    # from a trusted proxy's X-Forwarded-Proto), or "true" / "false" always.
+    cookie_secure: str = "auto"
+    # Log-in and sign-up limits (app/domain/accounts/ratelimit.py): attempts counted when they
+    # start, in a sliding window, per client address and per account.
+    login_window_s: float = 900.0
+    login_max_per_address: int = 20  # failed log-ins from one address, whatever the account
+    login_max_per_account: int = 5  # failed log-ins on one account from one address (or device)
+    login_max_per_account_total: int = 100  # ... from unknown devices, all addresses together
+    signup_window_s: float = 3600.0
+    signup_max_per_address: int = 10
+    rate_limit_namespace: str = "streamchat-ratelimit"  # key prefix in SESSION_STORE_URL's Redis
+    metrics_token: str | None = None  # GET /metrics needs `Authorization: Bearer <token>` when set
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -113,4 +126,15 @@ class Settings:
             max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
             default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
             debug=_env_bool("DEBUG", d.debug),
+            cookie_secure=_env("COOKIE_SECURE", d.cookie_secure).strip().lower(),
+            login_window_s=_env_float("LOGIN_WINDOW_S", d.login_window_s),
+            login_max_per_address=_env_int("LOGIN_MAX_PER_ADDRESS", d.login_max_per_address),
+            login_max_per_account=_env_int("LOGIN_MAX_PER_ACCOUNT", d.login_max_per_account),
+            login_max_per_account_total=_env_int(
+                "LOGIN_MAX_PER_ACCOUNT_TOTAL", d.login_max_per_account_total
+            ),
+            signup_window_s=_env_float("SIGNUP_WINDOW_S", d.signup_window_s),
+            signup_max_per_address=_env_int("SIGNUP_MAX_PER_ADDRESS", d.signup_max_per_address),
+            rate_limit_namespace=_env("RATE_LIMIT_NAMESPACE", d.rate_limit_namespace),
+            metrics_token=os.environ.get("METRICS_TOKEN") or None,
         )

@@ -6,8 +6,9 @@
   throwaway database of that backend; `database_url` is that database.
 - `admin`: a browser context logged in as the module's first sign-up, hence the admin.
 - `new_user`: makes more logged-in browser contexts (a fresh ordinary user each), closed after
-  the test. Every page of these contexts is watched: an uncaught page error fails the test, and a
-  failing test leaves screenshots of its pages in artifacts/failures/.
+  the test. Every page of these contexts is watched: an uncaught page error or a violation of the
+  Content-Security-Policy fails the test, and a failing test leaves screenshots of its pages in
+  artifacts/failures/.
 
 When a test fails, the server log written during it is attached to the report.
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
 
 from e2e.helpers import (
     ARTIFACTS,
@@ -108,11 +109,35 @@ class User:
         return self.context.pages[0] if self.context.pages else self.context.new_page()
 
 
+# Every page reports what the Content-Security-Policy blocks (the event carries the directive and
+# the blocked URL); Chromium also logs each block to the console as "Refused to ...".
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (e) =>
+  console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || "inline"}`));
+"""
+
+
+def watch_pages(context: BrowserContext, errors: list[str]) -> None:
+    """Collect every uncaught error and every CSP violation of `context`'s pages into `errors`."""
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
+
+    def on_console(message: ConsoleMessage) -> None:
+        text = message.text
+        if "CSP violation" in text or "Content Security Policy" in text:
+            errors.append(text)
+
+    def watch(page: Page) -> None:
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", on_console)
+
+    context.on("page", watch)
+
+
 def _open_context(browser: Browser, server: LiveServer) -> tuple[BrowserContext, list[str]]:
     context = browser.new_context(base_url=server.url, viewport={"width": 1100, "height": 800})
     context.set_default_timeout(15_000)
     errors: list[str] = []
-    context.on("page", lambda page: page.on("pageerror", lambda exc: errors.append(str(exc))))
+    watch_pages(context, errors)
     return context, errors
 
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 from playwright.sync_api import Browser, expect
 
-from e2e.conftest import User
+from e2e.conftest import User, watch_pages
 from e2e.helpers import ChatPage, unique_email, wait_engine_idle
 from tests.live_server import TEST_PASSWORD, LiveServer
 
@@ -19,7 +19,7 @@ def test_sign_up_log_out_log_in_through_the_pages(
 ) -> None:
     context = browser.new_context(base_url=server.url)
     errors: list[str] = []
-    context.on("page", lambda p: p.on("pageerror", lambda exc: errors.append(str(exc))))
+    watch_pages(context, errors)
     try:
         page = context.new_page()
         email = unique_email("signup")

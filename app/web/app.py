@@ -14,11 +14,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.config.csrf import CSRFConfig
 from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.datastructures import State
 from litestar.logging import LoggingConfig
-from litestar.middleware.session.server_side import ServerSideSessionConfig
+from litestar.openapi.config import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.static_files import create_static_files_router
 from litestar.stores.base import Store
 from litestar.stores.memory import MemoryStore
@@ -26,7 +28,12 @@ from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
 from app.domain.accounts.controllers import ApiKeyController, AuthController
-from app.domain.accounts.ratelimit import LoginRateLimiter
+from app.domain.accounts.ratelimit import (
+    AttemptStore,
+    AuthLimits,
+    MemoryAttemptStore,
+    RedisAttemptStore,
+)
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
 from app.domain.chat.controllers import ConversationController, MessageController
@@ -35,8 +42,11 @@ from app.domain.openai.controllers import openai_router
 from app.engine import Engine
 from app.settings import Settings
 from app.web import pages
+from app.web.auth import admin_guard
 from app.web.metrics import metrics_endpoint
+from app.web.security import security_headers_hook
 from app.web.services import Services
+from app.web.sessions import RotatingSessionConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SESSION_MAX_AGE_S = 14 * 24 * 3600
@@ -49,6 +59,41 @@ def session_store(settings: Settings) -> Store:
     return MemoryStore()
 
 
+def attempt_store(settings: Settings) -> AttemptStore:
+    """Log-in and sign-up attempts are counted where the sessions live: shared between replicas."""
+    if settings.session_store_url:
+        return RedisAttemptStore(settings.session_store_url, settings.rate_limit_namespace)
+    return MemoryAttemptStore()
+
+
+def auth_limits(settings: Settings) -> AuthLimits:
+    return AuthLimits(
+        attempt_store(settings),
+        login_window_s=settings.login_window_s,
+        login_max_per_address=settings.login_max_per_address,
+        login_max_per_account=settings.login_max_per_account,
+        login_max_per_account_total=settings.login_max_per_account_total,
+        signup_window_s=settings.signup_window_s,
+        signup_max_per_address=settings.signup_max_per_address,
+    )
+
+
+def openapi_config() -> OpenAPIConfig:
+    """The OpenAPI document, for admins only, as JSON at /schema (and /schema/openapi.json).
+
+    No documentation site: Litestar's (Redoc, Swagger...) load their JavaScript from a CDN, which
+    the Content-Security-Policy forbids. The guard sits on the router Litestar fills with the
+    schema handlers (`OpenAPIConfig.openapi_router`, litestar/_openapi/plugin.py); in-process,
+    `app.openapi_schema` still builds the whole document.
+    """
+    return OpenAPIConfig(
+        title="streamchat",
+        version="0.1.0",
+        render_plugins=[JsonRenderPlugin()],
+        openapi_router=Router("/schema", route_handlers=[], guards=[admin_guard]),
+    )
+
+
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> Litestar:
     settings = settings or Settings.from_env()
 
@@ -56,14 +101,15 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = Services.build(settings, engine)
         app.state.services = services
-        app.state.login_limiter = LoginRateLimiter()
+        app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
             yield
         finally:
             await services.stop()
+            await limits.store.close()
 
-    session_config = ServerSideSessionConfig(
+    session_config = RotatingSessionConfig(
         max_age=SESSION_MAX_AGE_S, samesite="lax", httponly=True, store="sessions"
     )
     csrf_config = CSRFConfig(
@@ -94,6 +140,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         lifespan=[lifespan],
         middleware=[session_config.middleware],
         csrf_config=csrf_config,
+        before_send=[security_headers_hook(settings.cookie_secure)],
+        openapi_config=openapi_config(),
+        state=State({"metrics_token": settings.metrics_token}),
         stores={"sessions": session_store(settings)},
         template_config=TemplateConfig(
             directory=PROJECT_ROOT / "templates", engine=JinjaTemplateEngine

@@ -1,6 +1,6 @@
 /**
  * Log-in and sign-up: post the form as JSON to /api/auth/{login,signup} (with the CSRF header),
- * then go to `?next=` (same-site paths only) or the chat.
+ * then go to `?next=` (pages of this site only) or the chat.
  */
 
 import { api } from "./api.js";
@@ -14,10 +14,22 @@ function showError(text) {
   errorEl.hidden = !text;
 }
 
-/** Only a path on this site: "/x" but not "//evil.example" or "/\\evil.example". */
+/**
+ * Where to go after logging in: `?next=` only when it is a page of this site. It is parsed as
+ * the navigation will parse it (the URL parser drops tabs and newlines and takes a backslash for
+ * a slash, so "/<tab>/evil.example" is "//evil.example") and the result is used whole: an
+ * absolute URL of this origin (a bare path could still begin with "//" after "/x/.." collapses).
+ */
 function nextUrl() {
-  const next = new URLSearchParams(location.search).get("next") || "/";
-  return /^\/(?![/\\])/.test(next) ? next : "/";
+  const raw = new URLSearchParams(location.search).get("next");
+  if (!raw) return "/";
+  let url;
+  try {
+    url = new URL(raw, location.origin);
+  } catch {
+    return "/";
+  }
+  return url.origin === location.origin ? url.href : "/";
 }
 
 function explain(err) {

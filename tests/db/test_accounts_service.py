@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
 from argon2 import PasswordHasher
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -58,6 +59,42 @@ async def test_first_user_becomes_admin(db_sessions: Sessions, fast_password_has
         "second@example.com",
         "third@example.com",
     ]
+
+
+CONCURRENT_SIGN_UPS = 8
+ROUNDS = 5
+
+
+async def test_concurrent_first_sign_ups_make_exactly_one_admin(
+    db_sessions: Sessions, fast_password_hashing: None
+) -> None:
+    """Sign-ups racing on an empty instance: exactly one becomes admin, every one is created.
+    (Before the `first_admin` unique index: 5 of 8 admins on SQLite, 8 of 8 on PostgreSQL.)"""
+    for round_ in range(ROUNDS):
+        emails = [f"racer{i}-{round_}@example.com" for i in range(CONCURRENT_SIGN_UPS)]
+        users = await asyncio.gather(
+            *(accounts.create_user(db_sessions, email, PASSWORD) for email in emails)
+        )
+        admins = [u.email for u in users if u.is_admin]
+        stored = await accounts.list_users(db_sessions)
+        assert sorted(u.email for u in stored) == sorted(emails)
+        assert len(admins) == 1, f"round {round_}: {len(admins)} first admins: {admins}"
+        assert [u.email for u in stored if u.is_admin] == admins
+        async with db_sessions() as session, session.begin():
+            await session.execute(delete(User))  # empty again for the next round
+
+
+async def test_the_database_admits_one_first_admin(
+    db_sessions: Sessions, make_user: MakeUser
+) -> None:
+    """The unique index itself, for writes that bypass the service."""
+    first = await accounts.create_user(db_sessions, "first@example.com", PASSWORD)
+    assert first.is_admin and first.first_admin is True
+    later = await make_user("later@example.com", is_admin=True)  # an admin made by the CLI
+    assert later.first_admin is None
+    with pytest.raises(IntegrityError):
+        async with db_sessions() as session, session.begin():
+            session.add(User(email="x@example.com", password_hash="x", first_admin=True))
 
 
 async def test_emails_are_unique_whatever_the_case(

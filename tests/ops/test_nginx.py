@@ -195,6 +195,41 @@ def test_nginx_forwards_client_address_and_hides_metrics(
     assert direct.status_code == 200 and "streamchat_engine_ttft_seconds" in direct.text
 
 
+def test_nginx_hides_metrics_and_schema_however_spelled(
+    streaming_app: AppProcess, good_proxy: Nginx
+) -> None:
+    """What the README says nginx hides, under every spelling that reaches the same handler in
+    the app (Litestar ignores a trailing slash; nginx decodes and merges slashes before it picks
+    a location, then passes the request on as sent). Before the fix `location = /metrics` let
+    /metrics/ and every /schema path through."""
+    spellings = [
+        "/metrics",
+        "/metrics/",
+        "/metrics?x=1",
+        "//metrics",
+        "/%6detrics",
+        "/schema",
+        "/schema/",
+        "/schema/openapi.json",
+        "/schema/swagger",
+        "//schema/openapi.json",
+    ]
+    leaked = {}
+    for path in spellings:
+        response = httpx.get(f"{good_proxy.url}{path}")
+        if response.status_code != 404 or "streamchat_" in response.text:
+            leaked[path] = response.status_code
+    assert leaked == {}, leaked
+    # The app behind it does serve them (the metrics to anyone who reaches the replica here: no
+    # METRICS_TOKEN in this test), so the 404s above are nginx's doing.
+    assert httpx.get(f"{streaming_app.url}/metrics/").status_code == 200
+    assert httpx.get(f"{streaming_app.url}/schema/openapi.json").status_code == 401  # admins only
+    # The app's security headers pass through.
+    page = httpx.get(f"{good_proxy.url}/login")
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-content-type-options"] == "nosniff"
+
+
 # -- heartbeats through a short proxy timeout -----------------------------------------------------
 
 SILENT_STEP_MS = 4000  # the synthetic engine's first (and only) token comes after 4 s of silence

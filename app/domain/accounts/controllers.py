@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 from uuid import UUID
 
@@ -14,7 +15,16 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_42
 from app.domain.accounts import passwords
 from app.domain.accounts import service as accounts
 from app.domain.accounts.models import ApiKey, User
-from app.web.auth import current_user, login, logout, services_of
+from app.domain.accounts.ratelimit import AuthLimits, TooManyAttemptsError
+from app.web.auth import (
+    client_address,
+    current_user,
+    device_cookie,
+    known_device,
+    login,
+    logout,
+    services_of,
+)
 
 
 class Credentials(msgspec.Struct, forbid_unknown_fields=True):
@@ -41,8 +51,12 @@ def key_json(key: ApiKey) -> dict[str, object]:
     }
 
 
-def _client_address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+def too_many_attempts(exc: TooManyAttemptsError) -> Response[dict[str, object]]:
+    return Response(
+        {"detail": "too many attempts: try again shortly"},
+        status_code=HTTP_429_TOO_MANY_REQUESTS,
+        headers={"Retry-After": str(math.ceil(exc.retry_after_s))},
+    )
 
 
 class AuthController(Controller):
@@ -50,7 +64,15 @@ class AuthController(Controller):
     tags = ["accounts"]
 
     @post("/auth/signup", status_code=HTTP_201_CREATED)
-    async def signup(self, request: Request, data: Credentials) -> dict[str, object]:
+    async def signup(self, request: Request, data: Credentials) -> Response[dict[str, object]]:
+        """Sign up and log in. An email that is taken answers 409: without a mail round trip,
+        a sign-up that logs in at once cannot hide whether the address was free (README,
+        "Security"), so sign-ups are limited per address like log-ins instead."""
+        limits: AuthLimits = request.app.state.auth_limits
+        try:
+            await limits.start_signup(client_address(request))
+        except TooManyAttemptsError as exc:
+            return too_many_attempts(exc)
         sessions = services_of(request).sessions
         try:
             user = await accounts.create_user(sessions, data.email, data.password)
@@ -61,26 +83,29 @@ class AuthController(Controller):
         except (passwords.WeakPasswordError, ValueError) as exc:
             raise ClientException(str(exc)) from exc
         login(request, user)
-        return user_json(user)
+        return Response(
+            user_json(user),
+            status_code=HTTP_201_CREATED,
+            cookies=[device_cookie(request, user.email)],
+        )
 
     @post("/auth/login", status_code=200)
     async def login(self, request: Request, data: Credentials) -> Response[dict[str, object]]:
-        limiter = request.app.state.login_limiter
-        address, email = _client_address(request), accounts.normalize_email(data.email)
-        wait = limiter.retry_after(address, email)
-        if wait > 0:
-            return Response(
-                {"detail": "too many failed log-ins: try again shortly"},
-                status_code=HTTP_429_TOO_MANY_REQUESTS,
-                headers={"Retry-After": str(int(wait) + 1)},
+        limits: AuthLimits = request.app.state.auth_limits
+        email = accounts.normalize_email(data.email)
+        try:
+            # Reserved before the (slow) password check: attempts in flight count too.
+            attempt = await limits.start_login(
+                client_address(request), email, known_device(request, email)
             )
+        except TooManyAttemptsError as exc:
+            return too_many_attempts(exc)
         user = await accounts.authenticate(services_of(request).sessions, email, data.password)
         if user is None:
-            limiter.failed(address, email)
             raise NotAuthorizedException("wrong email or password")
-        limiter.succeeded(email)
+        await attempt.refund()
         login(request, user)
-        return Response(user_json(user))
+        return Response(user_json(user), cookies=[device_cookie(request, email)])
 
     @post("/auth/logout", status_code=HTTP_204_NO_CONTENT)
     async def logout(self, request: Request) -> None:

@@ -23,12 +23,16 @@ class User(UUIDPrimaryKey, CreatedAt, Base):
     email: Mapped[str] = mapped_column(String(320))
     password_hash: Mapped[str] = mapped_column(String(255))
     is_admin: Mapped[bool] = mapped_column(default=False)
+    # TRUE only for the account made admin by signing up first, NULL for all others: a unique
+    # index admits one TRUE, so racing first sign-ups cannot both become admin (migration 0004).
+    first_admin: Mapped[bool | None] = mapped_column(default=None)
 
     def __repr__(self) -> str:
         return f"User(id={self.id}, email={self.email!r}, is_admin={self.is_admin})"
 
 
 Index("uq_users_email_lower", func.lower(User.email), unique=True)
+Index("uq_users_first_admin", User.first_admin, unique=True)
 
 
 class ApiKey(UUIDPrimaryKey, CreatedAt, Base):

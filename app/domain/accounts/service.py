@@ -39,21 +39,43 @@ async def create_user(
 ) -> User:
     """Create a user; with `is_admin=None` the first user of the instance becomes its admin.
 
-    Raises `EmailTakenError` and `passwords.WeakPasswordError`. (Two sign-ups racing on an empty
-    instance could both become admin; an admin can demote later, and this happens once.)
+    Raises `EmailTakenError` and `passwords.WeakPasswordError`. Sign-ups racing on an empty
+    instance all try to be the first admin, and the unique index on `first_admin` lets exactly
+    one of them; the others are created as ordinary users.
     """
     email = normalize_email(email)
     if "@" not in email:
         raise ValueError("an email address needs an @")
     passwords.check_password_strength(password)
     password_hash = await passwords.hash_password(password)
+    if is_admin is None and not await _any_user(sessions):
+        try:
+            return await _insert_user(sessions, email, password_hash, is_admin=True, first=True)
+        except IntegrityError:
+            pass  # another sign-up was first (or the email is taken: the insert below says so)
+    return await _insert_user(sessions, email, password_hash, is_admin=bool(is_admin), first=False)
+
+
+async def _any_user(sessions: Sessions) -> bool:
+    async with transaction(sessions) as session:
+        return bool(await session.scalar(select(exists().select_from(User))))
+
+
+async def _insert_user(
+    sessions: Sessions, email: str, password_hash: str, *, is_admin: bool, first: bool
+) -> User:
+    user = User(
+        email=email,
+        password_hash=password_hash,
+        is_admin=is_admin,
+        first_admin=True if first else None,
+    )
     try:
         async with transaction(sessions) as session:
-            if is_admin is None:
-                is_admin = not await session.scalar(select(exists().select_from(User)))
-            user = User(email=email, password_hash=password_hash, is_admin=is_admin)
             session.add(user)
     except IntegrityError as exc:
+        if first:
+            raise
         raise EmailTakenError(email) from exc
     return user
 

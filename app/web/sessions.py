@@ -1,0 +1,90 @@
+"""Server-side sessions whose ids only the server makes, and which change at every log-in.
+
+Litestar's `ServerSideSessionBackend` (litestar/middleware/session/server_side.py) adopts whatever
+id the client's cookie carries: `get_session_id` returns the cookie's value when there is one, and
+`store_in_message` saves the session under it, even after `clear_session()`. A cookie planted
+before log-in (session fixation) would then name the victim's logged-in session. Here:
+
+- an id is used only if the store already holds a session under it (one this server made);
+  any other id from a client is ignored, never stored under;
+- `rotate()` (called at log-in and sign-up) drops the old session and saves the data under a
+  fresh random id, so an id known before log-in is worth nothing after it;
+- an empty session is not stored at all, so anonymous requests leave nothing in the store and
+  get no session cookie.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.datastructures import Cookie, MutableScopeHeaders
+from litestar.middleware.session.server_side import (
+    ServerSideSessionBackend,
+    ServerSideSessionConfig,
+)
+from litestar.types import Empty, Message, ScopeSession
+from litestar.utils.dataclass import extract_dataclass_items
+
+LOADED_ID = "streamchat.session_loaded_id"  # scope key: the id the session was loaded under
+ROTATE = "streamchat.session_rotate"  # scope key: give the session a fresh id on the way out
+
+
+def rotate(connection: ASGIConnection) -> None:
+    """Save this request's session under a fresh server-made id and drop the old one."""
+    connection.scope[ROTATE] = True  # type: ignore[literal-required]
+
+
+class RotatingSessionBackend(ServerSideSessionBackend):
+    async def load_from_connection(self, connection: ASGIConnection) -> dict[str, Any]:
+        session_id = connection.cookies.get(self.config.key)
+        if session_id:
+            store = self.config.get_store_from_app(connection.scope["app"])
+            data = await self.get(session_id, store=store)
+            if data is not None:
+                connection.scope[LOADED_ID] = session_id  # type: ignore[literal-required]
+                return self.deserialize_data(data)
+        return {}
+
+    def get_session_id(self, connection: ASGIConnection) -> str:
+        """The id of a session this server made and still holds, else a fresh one (never the
+        client's unknown id)."""
+        return connection.scope.get(LOADED_ID) or self.generate_session_id()  # type: ignore[return-value]
+
+    async def store_in_message(
+        self, scope_session: ScopeSession, message: Message, connection: ASGIConnection
+    ) -> None:
+        scope = connection.scope
+        store = self.config.get_store_from_app(scope["app"])
+        headers = MutableScopeHeaders.from_message(message)
+        loaded_id: str | None = scope.get(LOADED_ID)  # type: ignore[assignment]
+        cookie_params = dict(
+            extract_dataclass_items(self.config, exclude_none=True, include=Cookie.__dict__.keys())
+        )
+        if scope_session is Empty or not scope_session:
+            if loaded_id is not None:  # logged out (or emptied): forget it, expire the cookie
+                await self.delete(loaded_id, store=store)
+                headers.add(
+                    "Set-Cookie",
+                    Cookie(value="null", key=self.config.key, expires=0, **cookie_params).to_header(
+                        header=""
+                    ),
+                )
+            return
+        # `clear_session()` also empties the connection's id (litestar/connection/base.py).
+        session_id = connection.get_session_id() or loaded_id
+        if scope.get(ROTATE) or session_id is None:
+            session_id = self.generate_session_id()
+        if loaded_id is not None and loaded_id != session_id:
+            await self.delete(loaded_id, store=store)
+        await self.set(session_id, self.serialize_data(scope_session, scope), store=store)
+        headers.add(
+            "Set-Cookie",
+            Cookie(value=session_id, key=self.config.key, **cookie_params).to_header(header=""),
+        )
+
+
+@dataclass
+class RotatingSessionConfig(ServerSideSessionConfig):
+    _backend_class = RotatingSessionBackend  # type: ignore[assignment]
