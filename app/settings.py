@@ -95,6 +95,9 @@ class Settings:
     max_message_chars: int = 16000
     default_max_tokens: int = 512
     debug: bool = False
+    # Live replies (running or waiting in the engine) one user may have in this process; more are
+    # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
+    max_replies_per_user: int = 8
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -113,4 +116,5 @@ class Settings:
             max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
             default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
             debug=_env_bool("DEBUG", d.debug),
+            max_replies_per_user=_env_int("MAX_REPLIES_PER_USER", d.max_replies_per_user),
         )
