@@ -10,7 +10,10 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
   overtaken forever. Cells kept by the prefix cache count as used until admission needs them: then
   the least recently used entries go first, the entry the newcomer could reuse last.
 - Each step plans one decode token for every sequence past its prompt, then spends what remains of
-  the step's token budget on prompt chunks, oldest admission first. A long prompt therefore enters
+  the step's token budget on prompt chunks, fairly across owners: each owner's first prompt in
+  the queue before anyone's second, and among those the shortest remainder first (oldest
+  admission breaks ties), so a newcomer's short prompt does not wait behind the prompts of
+  someone's flood that were admitted just before it. A long prompt therefore enters
   in slices over several steps while everyone else keeps getting a token per step. Prefill always
   gets at least a quarter of the budget, so a full house of decoders cannot starve a newcomer.
   When nobody is decoding there is nobody to stall, and prompts go in `idle_prefill` tokens at a
@@ -20,6 +23,7 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -88,6 +92,18 @@ class Chunk:
     tokens: list[int]
     start: int
     wants_logits: bool  # the last token's logits are needed (a decode, or a prompt's final chunk)
+
+
+def prefill_order(prefilling: list[Sequence]) -> list[Sequence]:
+    """Who gets this step's prompt budget first (`prefilling` in admission order): each owner's
+    first prompt before anyone's second, and so on; within a round, the shortest remainder."""
+    rounds: Counter[str | None] = Counter()
+    keyed = []
+    for admitted, seq in enumerate(prefilling):
+        keyed.append((rounds[seq.owner], len(seq.prompt) - seq.n_cached, admitted, seq))
+        rounds[seq.owner] += 1
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]
 
 
 class Scheduler:
@@ -182,7 +198,7 @@ class Scheduler:
             budget = max(self.step_token_budget - len(chunks), self.min_prefill)
         else:
             budget = self.idle_prefill
-        for seq in prefilling:
+        for seq in prefill_order(prefilling):
             if budget <= 0:
                 break
             take = min(len(seq.prompt) - seq.n_cached, budget)

@@ -178,6 +178,19 @@ def test_prompts_go_in_bigger_chunks_when_nobody_decodes() -> None:
     assert sched.batch_capacity >= 63
 
 
+def test_prompt_budget_goes_round_the_owners_shortest_first() -> None:
+    """Alice's flood of three 40-token prompts was admitted before Bob's 5-token one: Bob's goes in
+    this step, not after hers (admission order gave every token to alice-0 first)."""
+    sched = Scheduler(max_seqs=8, kv_cells=10_000, step_token_budget=16)
+    flood = [_seq(f"a{i}", 40, 10, owner="alice") for i in range(3)]
+    bob = _seq("b", 5, 10, owner="bob")
+    sched.waiting.extend([*flood, bob])
+    list(sched.admit())
+    plan = sched.plan()
+    assert [(c.seq.request_id, len(c.tokens)) for c in plan] == [("b", 5), ("a0", 11)]
+    assert plan[0].wants_logits  # Bob's whole prompt: his first token comes from this step
+
+
 def test_prefill_is_never_starved_by_decoders() -> None:
     sched = Scheduler(max_seqs=32, kv_cells=10_000, step_token_budget=16)
     decoders = [_seq(f"d{i}", 1, 50) for i in range(20)]
