@@ -97,7 +97,8 @@ class ReplyService:
         key = str(user_id)
         limit = self.max_replies_per_user
         if limit > 0:
-            live = sum(1 for g in self.manager.live() if g.user_id == key)
+            # still generating (an ended reply whose end is being saved holds no engine slot)
+            live = sum(1 for g in self.manager.live() if g.user_id == key and g.outcome is None)
             if live + self._starting[key] >= limit:
                 raise TooManyRepliesError(limit)
         self._starting[key] += 1
