@@ -11,7 +11,8 @@ Shape of the loop (one iteration = one step = one `llama_decode`):
     admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
                                     a cached prefix of the owner's own earlier prompts is shared,
                                     not prefilled again)
-    build ONE batch                (a decode token per running sequence + prompt chunks, budgeted)
+    build ONE batch                (a decode token per running sequence + prompt chunks, budgeted;
+                                    never a lone token: see `_decode_padded`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
     sample per sequence            (own sampler chain, reading only the rows flagged for logits)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
