@@ -36,7 +36,7 @@ class EngineSettings:
     kind: str = "llamacpp"  # llamacpp | trtllm | synthetic
     model_path: str | None = None  # a GGUF (llamacpp) or a model dir/name (trtllm); None: SmolLM2
     context_size: int = 2048  # tokens one sequence may hold: prompt + reply
-    max_seqs: int = 16  # sequences decoding at once; the rest wait in FIFO order
+    max_seqs: int = 16  # sequences decoding at once; the rest wait (fairly across users)
     kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:
