@@ -27,12 +27,12 @@ class FairQueue(Generic[T]):
         self._waiting: dict[Hashable, deque[tuple[int, T]]] = {}  # owner -> (ticket, item), FIFO
         self._running: Counter[Hashable] = Counter()  # owner -> items popped and not done
         self._tickets = itertools.count()  # arrival order, for ties and iteration
-        self._len = 0
+        self._members: set[int] = set()  # id() of every waiting item: `in` without a scan
 
     def append(self, item: T) -> None:
         owner = self._owner_of(item)
         self._waiting.setdefault(owner, deque()).append((next(self._tickets), item))
-        self._len += 1
+        self._members.add(id(item))
 
     def extend(self, items: Iterable[T]) -> None:
         for item in items:
@@ -59,7 +59,7 @@ class FairQueue(Generic[T]):
         if not queue:
             del self._waiting[owner]
         self._running[owner] += 1
-        self._len -= 1
+        self._members.discard(id(item))
         return item
 
     def done(self, item: T) -> None:
@@ -71,30 +71,31 @@ class FairQueue(Generic[T]):
 
     def remove(self, item: T) -> None:
         """Drop a waiting request (an abort); ValueError if it is not waiting."""
+        if id(item) not in self._members:
+            raise ValueError("not waiting")
         owner = self._owner_of(item)
-        queue = self._waiting.get(owner, ())
+        queue = self._waiting[owner]
         for entry in queue:
             if entry[1] is item:
-                queue.remove(entry)  # type: ignore[union-attr]
-                if not queue:
-                    del self._waiting[owner]
-                self._len -= 1
-                return
-        raise ValueError("not waiting")
+                queue.remove(entry)
+                break
+        if not queue:
+            del self._waiting[owner]
+        self._members.discard(id(item))
 
     def clear(self) -> None:
         self._waiting.clear()
-        self._len = 0
+        self._members.clear()
 
     def __contains__(self, item: object) -> bool:
-        return any(entry[1] is item for queue in self._waiting.values() for entry in queue)
+        return id(item) in self._members
 
     def __iter__(self) -> Iterator[T]:
         """Every waiting request, in arrival order (not the order they will be admitted in)."""
         return (item for _, item in heapq.merge(*self._waiting.values(), key=lambda e: e[0]))
 
     def __len__(self) -> int:
-        return self._len
+        return len(self._members)
 
     def __bool__(self) -> bool:
-        return self._len > 0
+        return bool(self._members)

@@ -438,7 +438,9 @@ class LlamaCppEngine:
             native.forget(evicted.seq_id)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:
-        for seq in [*self._sched.running, *self._sched.waiting]:
+        waiting = list(self._sched.waiting)
+        self._sched.waiting.clear()  # first: each then ends without a queue search
+        for seq in [*self._sched.running, *waiting]:
             self._finish(seq, reason, error)
         self._update_counters()
 

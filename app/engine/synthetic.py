@@ -407,8 +407,8 @@ class SyntheticEngine:
         seq.stream.push(event)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:
+        self._waiting.clear()  # first: each waiting request then ends without a queue search
         for seq in list(self._seqs.values()):
             self._finish(seq, reason, error=error)
-        self._waiting.clear()
         self._running.clear()
         self._reserved = 0
