@@ -36,7 +36,7 @@ class EngineSettings:
     kind: str = "llamacpp"  # llamacpp | trtllm | synthetic
     model_path: str | None = None  # a GGUF (llamacpp) or a model dir/name (trtllm); None: SmolLM2
     context_size: int = 2048  # tokens one sequence may hold: prompt + reply
-    max_seqs: int = 16  # sequences decoding at once; the rest wait in FIFO order
+    max_seqs: int = 16  # sequences decoding at once; the rest wait (fairly across users)
     kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:
@@ -108,6 +108,9 @@ class Settings:
     signup_max_per_address: int = 10
     rate_limit_namespace: str = "streamchat-ratelimit"  # key prefix in SESSION_STORE_URL's Redis
     metrics_token: str | None = None  # GET /metrics needs `Authorization: Bearer <token>` when set
+    # Live replies (running or waiting in the engine) one user may have in this process; more are
+    # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
+    max_replies_per_user: int = 8
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -137,4 +140,5 @@ class Settings:
             signup_max_per_address=_env_int("SIGNUP_MAX_PER_ADDRESS", d.signup_max_per_address),
             rate_limit_namespace=_env("RATE_LIMIT_NAMESPACE", d.rate_limit_namespace),
             metrics_token=os.environ.get("METRICS_TOKEN") or None,
+            max_replies_per_user=_env_int("MAX_REPLIES_PER_USER", d.max_replies_per_user),
         )
