@@ -1,13 +1,14 @@
-"""The TensorRT-LLM adapter against a FAKE `tensorrt_llm` (tests/engine/fake_tensorrt_llm.py).
+"""The TensorRT-LLM adapter against a FAKE `tensorrt_llm` (tests/fakes/tensorrt_llm/).
 
-TensorRT-LLM cannot run here (no GPU), so these tests check the adapter's use of the documented LLM
-API surface, which the fake mirrors; they say nothing about TensorRT-LLM itself. The real thing is
-exercised by bench/gpu_smoke.py on a GPU machine.
+TensorRT-LLM cannot run here (no GPU), so these tests check the adapter against the behaviour of
+TensorRT-LLM 1.x that the fake reproduces from its sources (each cited in the fake); they say
+nothing about TensorRT-LLM itself. The real thing is exercised by bench/gpu_smoke.py on a GPU.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -30,7 +31,11 @@ from app.engine.base import (
 )
 from app.engine.trtllm import SINGLE_PROCESS_ENV, TrtLlmEngine, TrtLlmUnavailableError
 from app.settings import EngineSettings
-from tests.engine import fake_tensorrt_llm as fake
+from tests.fakes import tensorrt_llm as fake
+from tests.fakes.tensorrt_llm import executor as fake_executor
+from tests.fakes.tensorrt_llm import llmapi as fake_llmapi
+from tests.fakes.tensorrt_llm.executor import utils as fake_executor_utils
+from tests.fakes.tensorrt_llm.llmapi import utils as fake_llmapi_utils
 
 SETTINGS = EngineSettings(kind="trtllm", context_size=512, max_seqs=8)
 USER = [{"role": "user", "content": "Say hello"}]
@@ -39,12 +44,27 @@ USER = [{"role": "user", "content": "Say hello"}]
 @pytest.fixture
 def fake_trt(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[fake.LLM]]:
     """Install the fake as `tensorrt_llm`; the env var the engine sets is restored afterwards."""
-    fake.LLM.reset()
-    monkeypatch.setitem(sys.modules, "tensorrt_llm", fake)
-    monkeypatch.setenv(SINGLE_PROCESS_ENV, "placeholder")
-    monkeypatch.delenv(SINGLE_PROCESS_ENV)
+    install_fake(monkeypatch)
     yield fake.LLM
     fake.LLM.reset()
+
+
+def install_fake(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import tensorrt_llm` (and its submodules the adapter uses) finds the fake, as in a fresh
+    process: nothing built yet, the worker-process variable unset and not yet read."""
+    fake.LLM.reset()
+    fake_llmapi.TorchLlmArgs.model_fields = dict.fromkeys(fake_llmapi.V1_0_FIELDS)
+    fake_llmapi_utils.enable_worker_single_process_for_tp1.cache_clear()
+    for name, module in {
+        "tensorrt_llm": fake,
+        "tensorrt_llm.executor": fake_executor,
+        "tensorrt_llm.executor.utils": fake_executor_utils,
+        "tensorrt_llm.llmapi": fake_llmapi,
+        "tensorrt_llm.llmapi.utils": fake_llmapi_utils,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setenv(SINGLE_PROCESS_ENV, "placeholder")
+    monkeypatch.delenv(SINGLE_PROCESS_ENV)
 
 
 @pytest.fixture
@@ -250,7 +270,8 @@ async def test_trtllm_adapter_against_fake_sets_worker_env_before_building(
     await eng.start()
     try:
         llm = the_llm()
-        assert llm.single_process_env == ("1" if in_process else "0")
+        assert llm.in_process is in_process
+        assert eng.stats().extra["trt_in_process"] == float(in_process)
         assert llm.built_on_thread is not threading.main_thread()  # the slow build is off-loop
         assert llm.kwargs["max_seq_len"] == SETTINGS.context_size
         assert llm.kwargs["max_batch_size"] == SETTINGS.max_seqs
@@ -260,44 +281,90 @@ async def test_trtllm_adapter_against_fake_sets_worker_env_before_building(
         await eng.shutdown()
 
 
-async def test_trtllm_adapter_against_fake_builds_without_stats_on_older_versions(
-    fake_trt: type[fake.LLM],
+def test_trtllm_worker_process_is_the_default() -> None:
+    """TensorRT-LLM warns that its single-process worker "may hurt streaming generation
+    performance" (executor/executor.py): the worker process is the default."""
+    assert EngineSettings().trtllm_in_process is False
+
+
+async def test_trtllm_adapter_against_fake_worker_mode_is_read_once_per_process(
+    fake_trt: type[fake.LLM], caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake_trt.reject_kwargs = frozenset({"enable_iter_perf_stats"})
-    eng = TrtLlmEngine(replace(SETTINGS, model_path="/models/my-engine"))
-    await eng.start()
+    """llmapi/utils.py caches TLLM_WORKER_USE_SINGLE_PROCESS: a second engine in the same process
+    asking for the other mode does not get it, and must say so rather than pretend."""
+    first = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=True))
+    await first.start()
+    await first.shutdown()
+    second = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=False))
+    with caplog.at_level(logging.WARNING, logger="app.engine.trtllm"):
+        await second.start()
     try:
-        assert "enable_iter_perf_stats" not in the_llm().kwargs
-        assert the_llm().model == "/models/my-engine" and eng.model_name == "my-engine"
-        _, _, fin = await collect(eng.generate("r", USER, SamplingParams()))
-        assert fin.reason is FinishReason.STOP
+        assert fake.LLM.instances[1].in_process is True  # what TensorRT-LLM really does
+        assert second.stats().extra["trt_in_process"] == 1.0  # what we report
+        assert "has no effect" in caplog.text
+    finally:
+        await second.shutdown()
+
+
+@pytest.mark.parametrize("version", ["0.21.0", "0.20.0rc3"])
+async def test_trtllm_adapter_against_fake_refuses_versions_before_1_0(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    """Before 1.0, `tensorrt_llm.LLM` is the TensorRT-engine backend: refused with a clear error
+    instead of being built (the old adapter retried without unknown arguments and hid it)."""
+    monkeypatch.setattr(fake, "__version__", version)
+    eng = TrtLlmEngine(SETTINGS)
+    with pytest.raises(TrtLlmUnavailableError, match=r"1\.0 or newer"):
+        await eng.start()
+    assert fake_trt.instances == []
+
+
+async def test_trtllm_adapter_against_fake_logs_version_backend_and_sampler(
+    fake_trt: type[fake.LLM], caplog: pytest.LogCaptureFixture
+) -> None:
+    eng = TrtLlmEngine(SETTINGS)
+    with caplog.at_level(logging.INFO, logger="app.engine.trtllm"):
+        await eng.start()
+    try:
+        assert "1.0.0+fake: pytorch backend, TRTLLMSampler" in caplog.text
+        assert "worker process" in caplog.text
     finally:
         await eng.shutdown()
 
 
-async def test_trtllm_adapter_against_fake_reports_kv_from_iteration_stats(
-    engine: TrtLlmEngine, fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
+async def test_trtllm_adapter_against_fake_reports_queue_and_kv_from_iteration_stats(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """More requests than max_batch_size: iteration stats show the queue and the KV blocks in use
+    while they run, and, polled on after the last one ends, an empty queue and cache: stats do
+    not go stale between submissions (the old adapter stopped polling when idle and kept the
+    last figures it had read)."""
+    monkeypatch.setattr("app.engine.trtllm.STATS_POLL_S", 0.01)
+    engine = TrtLlmEngine(SETTINGS)
+    await engine.start()
     stats = engine.stats()
     assert (stats.running, stats.waiting, stats.kv_used, stats.kv_total) == (0, 0, 0, 0)
-    fake_trt.stats = [
-        {
-            "iter": 41,
-            "iterLatencyMS": 7.5,
-            "numActiveRequests": 1,
-            "numQueuedRequests": 2,
-            "kvCacheStats": {"usedNumBlocks": 3, "maxNumBlocks": 100, "tokensPerBlock": 32},
-        }
-    ]
-    monkeypatch.setattr("app.engine.trtllm.STATS_POLL_S", 0.01)
-    await collect(engine.generate("r", USER, SamplingParams()))  # stats exist after a request
+    fake_trt.script = ["tok "] * 150
+    streams = [engine.generate(f"r{i}", USER, SamplingParams(max_tokens=150)) for i in range(12)]
+    peak_waiting = peak_kv = 0
+    collecting = asyncio.gather(*(collect(s) for s in streams))
+    while not collecting.done():
+        peak_waiting = max(peak_waiting, engine.stats().waiting)
+        peak_kv = max(peak_kv, engine.stats().kv_used)
+        await asyncio.sleep(0.005)
+    await collecting
+    assert peak_waiting == 12 - SETTINGS.max_seqs  # 4 waited for a slot
+    assert peak_kv > 0
     for _ in range(200):
-        if engine.stats().kv_total:
+        if engine.stats().kv_used == 0 and engine.stats().waiting == 0:
             break
         await asyncio.sleep(0.01)
     stats = engine.stats()
-    assert (stats.waiting, stats.kv_used, stats.kv_total, stats.steps) == (2, 96, 3200, 41)
-    assert stats.extra["iter_latency_ms"] == 7.5
+    assert (stats.running, stats.waiting, stats.kv_used) == (0, 0, 0)
+    assert stats.kv_total == fake.MAX_BLOCKS * fake.TOKENS_PER_BLOCK
+    assert stats.steps >= 2 * 150  # two rounds of the batch
+    assert stats.extra["trt_active_requests"] == 0
+    await engine.shutdown()
 
 
 async def test_trtllm_adapter_against_fake_refuses_bad_input_eagerly(
@@ -333,7 +400,7 @@ async def test_trtllm_adapter_against_fake_not_started_and_shutdown(
     await eng.shutdown()
     results = await asyncio.gather(*(collect(s) for s in streams))
     assert [fin.reason for _, _, fin in results] == [FinishReason.CANCELLED] * 3
-    assert the_llm().is_shutdown
+    assert the_llm()._executor.is_shutdown()
     assert eng.stats().running == 0
     with pytest.raises(EngineUnavailableError):
         eng.generate("late", USER, SamplingParams())
