@@ -37,7 +37,9 @@ it is implemented:
 The "model" answers every prompt with `LLM.script` (one piece of text per token; an empty piece is
 a token whose text is not complete yet), then the end-of-sequence token ("stop"), or, with
 `LLM.script = None` (the default in a server process, env FAKE_TRTLLM_ENDLESS=1), " w1 w2 ..." up to
-`max_tokens`. Tests inspect `LLM.instances`, `.requests`, `RequestOutput.abort_calls`.
+`max_tokens`, or exactly N words then end-of-sequence when the prompt holds `[[synthetic:tokens=N]]`
+(the synthetic engine's marker, so that tests written for it run on this fake too). Tests inspect
+`LLM.instances`, `.requests`, `RequestOutput.abort_calls`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -235,6 +238,7 @@ class FakeTokenizer:
 class _Active:
     result: RequestOutput
     rng: random.Random | None  # None: greedy
+    length: int | None = None  # endless script: words before end-of-sequence (None: no end)
     n: int = 0  # tokens generated
     cancel_at: int | None = None  # iteration at which the cancel is handled
 
@@ -251,6 +255,7 @@ class _Executor:
 
 
 _DEFAULT_SCRIPT = ["Hello", ",", " wor", "ld", "!"]
+_LENGTH_MARKER = re.compile(r"\[\[synthetic:tokens=(\d+)\]\]")
 _ENDLESS = os.environ.get("FAKE_TRTLLM_ENDLESS") == "1"
 
 
@@ -263,6 +268,7 @@ class LLM:
     fail_after: ClassVar[int | None] = None  # a background error after this many iterations
     executor_max_seq_len: ClassVar[int | None] = None  # the model engine lowers max_seq_len
     response_tokens: ClassVar[int] = 1  # tokens per streamed response
+    reject_next: ClassVar[str | None] = None  # the worker refuses the next request with this
 
     def __init__(self, model: str, **kwargs: Any) -> None:
         fields = TorchLlmArgs.model_fields
@@ -288,15 +294,18 @@ class LLM:
         limit = self.args.max_seq_len
         if self.executor_max_seq_len is not None:
             limit = min(limit or self.executor_max_seq_len, self.executor_max_seq_len)
-        self._executor = _Executor(limit)
-        # _torch/pyexecutor/sampler.py (1.0): the greedy fast path unless one of these is set
-        self.sampler = (
-            "TRTLLMSampler"
-            if kwargs.get("enable_trtllm_sampler")
-            else "TorchSampler(mixed)"
-            if kwargs.get("enable_mixed_sampler")
-            else "TorchSampler(greedy fast path)"
-        )
+        self._max_seq_len = limit  # what the worker enforces
+        # In-process, `_executor` is the worker itself, which keeps the executor's max_seq_len
+        # (base_worker.py); the proxy to a worker process does not have it.
+        self._executor = _Executor(limit if self.in_process else None)
+        # _torch/pyexecutor/sampler.py (1.0): the greedy fast path unless one of these is set;
+        # from 1.1 (no enable_mixed_sampler field) TorchSampler samples each request its own way
+        if kwargs.get("enable_trtllm_sampler") or kwargs.get("sampler_type") == "TRTLLMSampler":
+            self.sampler = "TRTLLMSampler"
+        elif kwargs.get("enable_mixed_sampler") or "enable_mixed_sampler" not in fields:
+            self.sampler = "TorchSampler"
+        else:
+            self.sampler = "TorchSampler(greedy fast path)"
         self.requests: list[RequestOutput] = []
         self.inputs: list[Any] = []
         self.warnings: list[str] = []
@@ -316,6 +325,7 @@ class LLM:
         cls.fail_after = None
         cls.executor_max_seq_len = None
         cls.response_tokens = 1
+        cls.reject_next = None
 
     # -- the LLM API ----------------------------------------------------------------------------
 
@@ -340,19 +350,23 @@ class LLM:
         else:
             raise TypeError(f"The inputs must be type str or list of int, but got {type(inputs)}")
         params.max_tokens = self._deduce_max_tokens(len(prompt_ids), params.max_tokens)
+        if self.reject_next is not None:  # e.g. base_worker: "Failed to load LoRA adapter: ..."
+            message, LLM.reject_next = self.reject_next, None
+            raise RequestError(message)
         self.inputs.append(inputs)
         result = RequestOutput(self, len(self.requests), prompt_ids, params)
         self.requests.append(result)
         sampled = not params.greedy and self.sampler != "TorchSampler(greedy fast path)"
         result.sampled = sampled
         rng = random.Random(params.seed) if sampled else None
-        self.waiting.append(_Active(result, rng))
+        markers = _LENGTH_MARKER.findall(FakeTokenizer().decode(prompt_ids))
+        self.waiting.append(_Active(result, rng, int(markers[-1]) if markers else None))
         self._ensure_loop()
         return result
 
     def _deduce_max_tokens(self, prompt_len: int, max_tokens: int) -> int:
         """base_worker.py `_deduce_max_tokens`, its errors wrapped as `_enqueue_request` does."""
-        max_seq_len = self._executor.max_seq_len
+        max_seq_len = self._max_seq_len
         if max_seq_len is None:
             return max_tokens
         default_max_tokens = max_seq_len - prompt_len
@@ -453,7 +467,8 @@ class LLM:
         text = ""
         reason: str | None = None
         for _ in range(self.response_tokens):
-            if self.script is not None and entry.n >= len(self.script):
+            length = len(self.script) if self.script is not None else entry.length
+            if length is not None and entry.n >= length:
                 reason = self.end_with or "stop"  # the end-of-sequence token
                 break
             entry.n += 1
