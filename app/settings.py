@@ -36,7 +36,7 @@ class EngineSettings:
     kind: str = "llamacpp"  # llamacpp | trtllm | synthetic
     model_path: str | None = None  # a GGUF (llamacpp) or a model dir/name (trtllm); None: SmolLM2
     context_size: int = 2048  # tokens one sequence may hold: prompt + reply
-    max_seqs: int = 16  # sequences decoding at once; the rest wait in FIFO order
+    max_seqs: int = 16  # sequences decoding at once; the rest wait (fairly across users)
     kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:
@@ -97,6 +97,9 @@ class Settings:
     max_message_chars: int = 16000
     default_max_tokens: int = 512
     debug: bool = False
+    # Live replies (running or waiting in the engine) one user may have in this process; more are
+    # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
+    max_replies_per_user: int = 8
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -115,4 +118,5 @@ class Settings:
             max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
             default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
             debug=_env_bool("DEBUG", d.debug),
+            max_replies_per_user=_env_int("MAX_REPLIES_PER_USER", d.max_replies_per_user),
         )

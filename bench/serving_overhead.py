@@ -144,7 +144,9 @@ class Server:
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.port = free_port()
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "SECRET_KEY": "bench", **env}
+        # every stream of these benchmarks belongs to one user: lift the per-user reply cap
+        base = {"PYTHONUNBUFFERED": "1", "SECRET_KEY": "bench", "MAX_REPLIES_PER_USER": "0"}
+        self.env = {**os.environ, **base, **env}
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -2,7 +2,7 @@
 
 An engine turns chat messages into a stream of events. It knows nothing of HTTP or databases.
 
-    stream = engine.generate(request_id, messages, params)   # validates now: may raise EngineError
+    stream = engine.generate(request_id, messages, params, owner="u1")  # validates now: may raise
     async for event in stream:                                # TextDelta ... then one Finished
         ...
     engine.abort(request_id)                                  # from anywhere, any time, idempotent
@@ -10,6 +10,18 @@ An engine turns chat messages into a stream of events. It knows nothing of HTTP 
 `generate` checks its input eagerly (template, tokenisation, context length), so a caller can answer
 bad input with a clear error before it commits to a streaming response. The stream it returns always
 ends with exactly one `Finished` event, whatever happens: abort, shutdown or an engine failure.
+
+`owner` is an opaque key naming whom a request is for (the layers above pass a user id); the engine
+knows nothing of users and uses it for two things only:
+
+- fair admission: when requests wait for a free sequence, the next one admitted belongs to the
+  owner with the fewest requests running (ties: the oldest waiting request first), FIFO within one
+  owner, so one owner's flood cannot hold everyone else behind it;
+- isolation: state kept between requests (a prefix cache) is reused only by requests of the same
+  owner, so one owner's reply never depends on what others asked, and no owner can learn from a
+  cache hit's speed that someone else sent the same prompt.
+
+Requests without an owner (`None`) share one bucket, as if one owner sent them all.
 """
 
 from __future__ import annotations
@@ -135,9 +147,17 @@ class Engine(Protocol):
         """Stop admitting, end every open stream with `cancelled`, free everything."""
 
     def generate(
-        self, request_id: str, messages: ChatMessages, params: SamplingParams
+        self,
+        request_id: str,
+        messages: ChatMessages,
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
     ) -> AsyncIterator[EngineEvent]:
-        """Validate and enqueue; call from the event loop. Raises `EngineError` on bad input."""
+        """Validate and enqueue; call from the event loop. Raises `EngineError` on bad input.
+
+        `owner`: whom the request is for (see the module docstring): fair admission and cache
+        isolation across owners."""
 
     def abort(self, request_id: str) -> None:
         """Idempotent and non-blocking: the sequence ends at the next step, its KV cache freed."""

@@ -8,9 +8,11 @@
 Shape of the loop (one iteration = one step = one `llama_decode`):
 
     take new requests and aborts   (queues the event loop fills; never a lock held across a step)
-    admit from the FIFO queue      (free sequence slot + room for the whole reply in the KV pool;
-                                    a cached prefix of the prompt is shared, not prefilled again)
-    build ONE batch                (a decode token per running sequence + prompt chunks, budgeted)
+    admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
+                                    a cached prefix of the owner's own earlier prompts is shared,
+                                    not prefilled again)
+    build ONE batch                (a decode token per running sequence + prompt chunks, budgeted;
+                                    never a lone token: see `_decode_padded`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
     sample per sequence            (own sampler chain, reading only the rows flagged for logits)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
@@ -45,7 +47,13 @@ from app.engine.base import (
 )
 from app.engine.chat_template import ChatTemplate
 from app.engine.detokenizer import IncrementalDetokenizer
-from app.engine.llamacpp_native import MAX_UBATCH, ContextConfig, NativeModel
+from app.engine.llamacpp_native import (
+    MAX_UBATCH,
+    PAD_TOKEN_POS,
+    ContextConfig,
+    NativeModel,
+    needs_pad,
+)
 from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
 from app.engine.model_files import resolve_model_path
 from app.engine.streams import EventStream
@@ -105,6 +113,7 @@ class LlamaCppEngine:
         self._step_errors = 0
         self._last_step_s = 0.0
         self._cache_cells = 0
+        self._kv_total = settings.kv_cells
 
     # --- Engine protocol -------------------------------------------------------------------------
 
@@ -120,11 +129,13 @@ class LlamaCppEngine:
         if self._thread is not None:
             return
         self._loop = asyncio.get_running_loop()
+        # one more sequence id, past the others, for the pad token of a one-token step
+        self._pad_seq = self._sched.n_seq_ids
         config = ContextConfig(
             kv_cells=self.settings.kv_cells,
-            max_seqs=self._sched.n_seq_ids,
+            max_seqs=self._sched.n_seq_ids + 1,
             # llama.cpp reserves an output row per sequence id and aborts if n_batch is smaller
-            batch_tokens=max(self._sched.batch_capacity, self._sched.n_seq_ids),
+            batch_tokens=max(self._sched.batch_capacity, self._sched.n_seq_ids) + 1,
             threads=self.settings.threads,
             flash_attn=self._flash_attn,
         )
@@ -143,7 +154,8 @@ class LlamaCppEngine:
         # is free text with spaces, a poor id for /v1/models and OpenAI clients.
         # one sequence can never hold more than the pool, nor more than the model was trained on
         self._context_size = min(self.settings.context_size, native.n_ctx, native.n_ctx_train)
-        self._sched.kv_cells = native.n_ctx
+        self._kv_total = native.n_ctx
+        self._sched.kv_cells = native.n_ctx - 1  # a cell stays free for the pad token
         self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
         self._accepting = True
         self._thread.start()
@@ -170,7 +182,12 @@ class LlamaCppEngine:
         await asyncio.sleep(0)  # the loop thread's last call_soon_threadsafe runs before we return
 
     def generate(
-        self, request_id: str, messages: ChatMessages, params: SamplingParams
+        self,
+        request_id: str,
+        messages: ChatMessages,
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
     ) -> AsyncIterator[EngineEvent]:
         native, template = self._native, self._template
         if not self._accepting or native is None or template is None:
@@ -189,6 +206,7 @@ class LlamaCppEngine:
             prompt=prompt,
             max_tokens=min(params.max_tokens, self._context_size - len(prompt)),
             queued_at=time.time(),
+            owner=owner,
             stream=stream,
             detok=IncrementalDetokenizer(stop=params.stop),
         )
@@ -223,7 +241,7 @@ class LlamaCppEngine:
             running=self._n_running,
             waiting=self._n_waiting + len(self._pending) + max(self._n_handed - self._n_taken, 0),
             kv_used=self._kv_used,
-            kv_total=self._sched.kv_cells,
+            kv_total=self._kv_total,
             steps=self._steps,
             tokens_generated=self._tokens_generated,
             extra={
@@ -292,7 +310,7 @@ class LlamaCppEngine:
         sched = self._sched
         try:
             for seq in sched.admit(evict=lambda entry: native.forget(entry.seq_id)):
-                entry, reuse = sched.cache.lookup(seq.prompt)
+                entry, reuse = sched.cache.lookup(seq.prompt, seq.owner)
                 if entry is not None:
                     native.share(entry.seq_id, seq.slot, reuse)
                     seq.n_cached = reuse
@@ -307,7 +325,7 @@ class LlamaCppEngine:
                 last = batch.add_run(chunk.tokens, chunk.start, seq.slot, chunk.wants_logits)
                 seq.batch_index = last if chunk.wants_logits else -1
             if chunks:
-                native.decode()
+                self._decode_padded(native)
             now = time.time()
             for chunk in chunks:
                 seq = chunk.seq
@@ -324,6 +342,25 @@ class LlamaCppEngine:
         self._update_counters()
         self._last_step_s = time.perf_counter() - t0
         self._publish()
+
+    def _decode_padded(self, native: NativeModel) -> None:
+        """Decode the step's batch, never as a one-row graph (see `llamacpp_native.needs_pad`).
+
+        A lone decode (or a one-token prompt chunk) gets a throwaway token of a scratch sequence
+        beside it: it makes the graph two rows, which keeps flash attention on the kernel whose
+        result does not depend on the KV window, so a greedy reply does not depend on the other
+        requests in the pool. Its cell is freed at once; nobody attends to it.
+        """
+        batch = native.batch
+        assert batch is not None
+        padded = needs_pad(len(batch))
+        if padded:
+            batch.add_run([native.pad_token], PAD_TOKEN_POS, self._pad_seq, False)
+        try:
+            native.decode()
+        finally:
+            if padded:
+                native.forget(self._pad_seq)
 
     def _accept(self, seq: Sequence, token: int, now: float) -> None:
         """One sampled token: count it, turn it into text, and decide whether the reply is over."""
@@ -391,17 +428,19 @@ class LlamaCppEngine:
         if not cache.seq_ids:
             return
         tokens = seq.cached_tokens()
-        plan = cache.plan_store(tokens)
+        plan = cache.plan_store(tokens, seq.owner)
         if plan is None:
             return
         if plan.replaces is not None:
             native.forget(plan.seq_id)
         native.share(slot, plan.seq_id, len(tokens))
-        for evicted in cache.commit_store(plan, tokens):
+        for evicted in cache.commit_store(plan, tokens, seq.owner):
             native.forget(evicted.seq_id)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:
-        for seq in [*self._sched.running, *self._sched.waiting]:
+        waiting = list(self._sched.waiting)
+        self._sched.waiting.clear()  # first: each then ends without a queue search
+        for seq in [*self._sched.running, *waiting]:
             self._finish(seq, reason, error)
         self._update_counters()
 

@@ -78,7 +78,26 @@ tile, so a greedy reply would change with the load. Below that, flash attention 
 KV cells one by one and skips other sequences' cells exactly, so a sequence's logits are bit-for-bit
 the same alone or batched (see `tests/engine/test_llamacpp.py`). Larger steps are still accepted:
 llama.cpp splits them into several graphs. (Without flash attention, the masked softmax and the
-V product run over the whole shared window and do differ with the batch: hence flash_attn=True.)"""
+V product run over the whole shared window and do differ with the batch: hence flash_attn=True.)
+
+At the other end, a graph of exactly ONE query row takes a split-KV kernel once the KV window
+(`n_kv`: the highest occupied cell of the whole pool, rounded up to 256) reaches 512 cells: each
+thread sums a slice of the window and the slices are merged, so where the slices cut depends on
+the window, i.e. on what OTHER requests (and prefix-cache entries) occupy. A lone sequence's
+greedy reply would then change with everyone else's traffic (ggml/src/ggml-cpu/ops.cpp,
+`ggml_compute_forward_flash_attn_ext_f16`: `use_split_kv_path = ... neq1 == 1 ... nek1 >= 512`).
+So the engine never submits a one-row graph: see `needs_pad` and `PAD_TOKEN_POS`."""
+
+PAD_TOKEN_POS = 0
+"""Where the engine's pad token sits in its own scratch sequence (dropped again after the step)."""
+
+
+def needs_pad(n_tokens: int) -> bool:
+    """Whether a step of `n_tokens` would give llama.cpp a one-row graph (its last ubatch).
+
+    llama.cpp cuts a batch into ubatches of `MAX_UBATCH` consecutive tokens (one KV stream:
+    `split_simple`, src/llama-kv-cache.cpp), so the last one holds `n % MAX_UBATCH` tokens."""
+    return n_tokens % MAX_UBATCH == 1
 
 
 class DecodeError(RuntimeError):
@@ -189,6 +208,7 @@ class NativeModel:
         self.bos = C.llama_vocab_bos(self.vocab)
         self.eos = C.llama_vocab_eos(self.vocab)
         self.add_bos = bool(C.llama_vocab_get_add_bos(self.vocab))
+        self.pad_token = self.bos if self.bos >= 0 else 0  # any valid id will do
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)

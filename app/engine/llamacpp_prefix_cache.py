@@ -17,6 +17,12 @@ for every query and skips other sequences' cells one by one, so a step gets slow
 range grows (8 decoding sequences: +33 ms per step with 8,000 foreign cells, on a ~60 ms step).
 Hence a cap on the cells the cache keeps (`max_cells`), well below the pool.
 
+Entries are scoped to one owner (the engine's opaque "whom is this for" key): a prompt reuses only
+cells its own owner's earlier requests left. Reuse across owners would make one user's reply depend
+on what others asked (a warm prefix is computed in another step than a cold one) and would tell a
+user, through a shorter time to first token, that someone else had sent the same prefix. Eviction
+stays global (least recently used first): the cells are one pool.
+
 This module is bookkeeping only; the engine performs the native calls it asks for.
 """
 
@@ -43,6 +49,7 @@ class Entry:
     seq_id: int
     tokens: list[int]  # exactly what the entry's cells hold, positions 0..len-1
     last_used: int = 0
+    owner: str | None = None  # only this owner's prompts may reuse it
 
 
 @dataclass(slots=True)
@@ -66,13 +73,16 @@ class PrefixCache:
         """Cells the entries hold (shared ones counted per entry: an upper bound)."""
         return sum(len(e.tokens) for e in self.entries)
 
-    def lookup(self, prompt: list[int]) -> tuple[Entry | None, int]:
-        """The entry sharing the longest prefix with `prompt`, and how many tokens to take from it.
+    def _own(self, owner: str | None) -> list[Entry]:
+        return [e for e in self.entries if e.owner == owner]
+
+    def lookup(self, prompt: list[int], owner: str | None = None) -> tuple[Entry | None, int]:
+        """The owner's entry sharing the longest prefix with `prompt`, and how many tokens to take.
 
         At least the prompt's last token is left to prefill: its logits give the first reply token.
         """
         best, best_len = None, 0
-        for entry in self.entries:
+        for entry in self._own(owner):
             n = common_prefix_len(entry.tokens, prompt)
             if n > best_len:
                 best, best_len = entry, n
@@ -84,14 +94,15 @@ class PrefixCache:
         self.reused_tokens += best_len
         return best, best_len
 
-    def plan_store(self, tokens: list[int]) -> StorePlan | None:
+    def plan_store(self, tokens: list[int], owner: str | None = None) -> StorePlan | None:
         """Decide where `tokens` (a finished sequence's cells) should live, or None to drop them."""
         if not MIN_REUSE <= len(tokens) <= self.max_cells:
             return None
-        for entry in self.entries:
+        own = self._own(owner)
+        for entry in own:
             if common_prefix_len(entry.tokens, tokens) == len(tokens):
                 return None  # an entry already holds all of it
-        for entry in self.entries:  # an entry this one extends (the same chat, a turn later)
+        for entry in own:  # an entry this one extends (the same chat, a turn later)
             if common_prefix_len(entry.tokens, tokens) == len(entry.tokens):
                 return StorePlan(entry.seq_id, entry)
         used = {e.seq_id for e in self.entries}
@@ -101,13 +112,15 @@ class PrefixCache:
         victim = min(self.entries, key=lambda e: e.last_used)
         return StorePlan(victim.seq_id, victim)
 
-    def commit_store(self, plan: StorePlan, tokens: list[int]) -> list[Entry]:
+    def commit_store(
+        self, plan: StorePlan, tokens: list[int], owner: str | None = None
+    ) -> list[Entry]:
         """Record the stored entry; returns older entries evicted to respect `max_cells` (the
         caller drops their cells)."""
         if plan.replaces is not None:
             self.entries.remove(plan.replaces)
         self._clock += 1
-        new = Entry(plan.seq_id, tokens, self._clock)
+        new = Entry(plan.seq_id, tokens, self._clock, owner)
         self.entries.append(new)
         evicted = []
         while self.cells > self.max_cells:
@@ -126,10 +139,10 @@ class PrefixCache:
         self.entries.remove(victim)
         return victim
 
-    def best_match(self, prompt: list[int]) -> Entry | None:
+    def best_match(self, prompt: list[int], owner: str | None = None) -> Entry | None:
         """Like `lookup` without touching recency or counters (to protect it from eviction)."""
         best, best_len = None, MIN_REUSE - 1
-        for entry in self.entries:
+        for entry in self._own(owner):
             n = common_prefix_len(entry.tokens, prompt)
             if n > best_len:
                 best, best_len = entry, n

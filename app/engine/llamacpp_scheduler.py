@@ -2,14 +2,18 @@
 
 Kept free of native calls so the policy reads (and can be checked) on its own:
 
-- Admission is FIFO and all-or-nothing per request: the head of the queue enters when a sequence
-  slot is free and the KV pool can hold its whole worst case (prompt + capped reply), so a running
-  sequence never runs out of cells mid-reply and no preemption is needed. A request that does not
-  fit yet blocks those behind it, which keeps the order fair. Cells kept by the prefix cache count
-  as used until admission needs them: then the least recently used entries go first, the entry the
-  newcomer could reuse last.
+- Admission is fair across owners and all-or-nothing per request: the request due next (the
+  oldest waiting one of the owner with the fewest running, see `fair_queue`; FIFO within one
+  owner) enters when a sequence slot is free and the KV pool can hold its whole worst case
+  (prompt + capped reply), so a running sequence never runs out of cells mid-reply and no
+  preemption is needed. A request that does not fit yet blocks the others, so a big one is never
+  overtaken forever. Cells kept by the prefix cache count as used until admission needs them: then
+  the least recently used entries go first, the entry the newcomer could reuse last.
 - Each step plans one decode token for every sequence past its prompt, then spends what remains of
-  the step's token budget on prompt chunks, oldest admission first. A long prompt therefore enters
+  the step's token budget on prompt chunks, fairly across owners: each owner's first prompt in
+  the queue before anyone's second, and among those the shortest remainder first (oldest
+  admission breaks ties), so a newcomer's short prompt does not wait behind the prompts of
+  someone's flood that were admitted just before it. A long prompt therefore enters
   in slices over several steps while everyone else keeps getting a token per step. Prefill always
   gets at least a quarter of the budget, so a full house of decoders cannot starve a newcomer.
   When nobody is decoding there is nobody to stall, and prompts go in `idle_prefill` tokens at a
@@ -19,13 +23,14 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from app.engine.base import SamplingParams
+from app.engine.fair_queue import FairQueue
 from app.engine.llamacpp_prefix_cache import Entry, PrefixCache
 
 
@@ -45,6 +50,7 @@ class Sequence:
     max_tokens: int  # already capped so prompt + reply fits the per-sequence context
     queued_at: float
     admitted_at: float | None = None
+    owner: str | None = None  # whom it is for: fair admission, prefix-cache scope
     stream: Any = None  # the EventStream (engine-owned; opaque here)
     detok: Any = None  # the IncrementalDetokenizer
     state: SeqState = SeqState.WAITING
@@ -88,8 +94,20 @@ class Chunk:
     wants_logits: bool  # the last token's logits are needed (a decode, or a prompt's final chunk)
 
 
+def prefill_order(prefilling: list[Sequence]) -> list[Sequence]:
+    """Who gets this step's prompt budget first (`prefilling` in admission order): each owner's
+    first prompt before anyone's second, and so on; within a round, the shortest remainder."""
+    rounds: Counter[str | None] = Counter()
+    keyed = []
+    for admitted, seq in enumerate(prefilling):
+        keyed.append((rounds[seq.owner], len(seq.prompt) - seq.n_cached, admitted, seq))
+        rounds[seq.owner] += 1
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]
+
+
 class Scheduler:
-    """Slots, the KV reservation ledger, the FIFO queue and the per-step plan."""
+    """Slots, the KV reservation ledger, the fair waiting queue and the per-step plan."""
 
     def __init__(
         self,
@@ -106,7 +124,7 @@ class Scheduler:
         self.step_token_budget = step_token_budget
         self.min_prefill = max(1, step_token_budget // 4)
         self.idle_prefill = max(idle_prefill, step_token_budget)
-        self.waiting: deque[Sequence] = deque()
+        self.waiting: FairQueue[Sequence] = FairQueue(lambda seq: seq.owner)
         self.running: list[Sequence] = []  # in admission order
         self._free_slots = list(range(max_seqs - 1, -1, -1))  # pop() hands out 0 first
         self.kv_reserved = 0
@@ -132,13 +150,14 @@ class Scheduler:
         return self.kv_reserved + self.cache.cells + seq.kv_reserve - self.kv_cells
 
     def admit(self, evict: Callable[[Entry], None] = lambda _: None) -> Iterator[Sequence]:
-        """Move sequences from the head of the queue to running while a slot and cells are free.
+        """Move the requests due next (see `FairQueue`) to running while a slot and cells are free.
 
         `evict` drops a prefix-cache entry's cells (the caller's native call) to make room.
         """
         while self.waiting and self._free_slots:
-            head = self.waiting[0]
-            keep = self.cache.best_match(head.prompt)
+            head = self.waiting.peek()
+            assert head is not None
+            keep = self.cache.best_match(head.prompt, head.owner)
             while self._short(head) > 0:
                 victim = self.cache.evict_lru(keep) or self.cache.evict_lru()
                 if victim is None:
@@ -146,7 +165,7 @@ class Scheduler:
                 evict(victim)
             if self._short(head) > 0:
                 return
-            self.waiting.popleft()
+            self.waiting.pop()
             head.slot = self._free_slots.pop()
             head.state = SeqState.RUNNING
             head.admitted_at = time.time()
@@ -160,6 +179,7 @@ class Scheduler:
             self._free_slots.append(seq.slot)
             self.kv_reserved -= seq.kv_reserve
             self.running.remove(seq)
+            self.waiting.done(seq)
         elif seq.state is SeqState.WAITING and seq in self.waiting:
             self.waiting.remove(seq)  # (an abort may overtake the request's own hand-over)
         seq.state = SeqState.DONE
@@ -178,7 +198,7 @@ class Scheduler:
             budget = max(self.step_token_budget - len(chunks), self.min_prefill)
         else:
             budget = self.idle_prefill
-        for seq in prefilling:
+        for seq in prefill_order(prefilling):
             if budget <= 0:
                 break
             take = min(len(seq.prompt) - seq.n_cached, budget)

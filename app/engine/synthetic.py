@@ -8,7 +8,9 @@ exercised and measured without a model:
 - a step takes `synthetic_step_ms + synthetic_per_seq_ms * running` milliseconds, plus
   `synthetic_prefill_ms_per_token` per prompt token of the sequences that join in that step, which is
   how a real decode step's cost grows with the batch;
-- at most `max_seqs` sequences run, the rest wait in FIFO order; a sequence is admitted only when the
+- at most `max_seqs` sequences run, the rest wait, admitted fairly across owners (the oldest waiting
+  request of the owner with the fewest running; FIFO within one owner: see `fair_queue`), the same
+  policy as the llama.cpp scheduler; a sequence is admitted only when the
   KV cache (`kv_cells`) can hold its prompt plus the longest reply it may produce, so a running
   sequence never has to be pre-empted (`stats().kv_used` counts the cells actually in use);
 - "tokens" are 4-byte chunks of UTF-8, both for the prompt (`prompt tokens = ceil(bytes / 4)`) and
@@ -35,7 +37,6 @@ import hashlib
 import logging
 import re
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 from app.engine.base import (
@@ -52,6 +53,7 @@ from app.engine.base import (
     TextDelta,
 )
 from app.engine.detokenizer import IncrementalDetokenizer
+from app.engine.fair_queue import FairQueue
 from app.engine.streams import EventStream
 from app.settings import EngineSettings
 
@@ -152,6 +154,7 @@ class _Sequence:
     generator: ReplyGenerator
     detok: IncrementalDetokenizer
     queued_at: float
+    owner: str | None = None
     generated: int = 0
     first_token_at: float | None = None
     admitted_at: float | None = None
@@ -171,7 +174,7 @@ class SyntheticEngine:
     def __init__(self, settings: EngineSettings) -> None:
         self._settings = settings
         self._seqs: dict[str, _Sequence] = {}  # every open request, waiting or running
-        self._waiting: deque[_Sequence] = deque()
+        self._waiting: FairQueue[_Sequence] = FairQueue(lambda seq: seq.owner)
         self._running: list[_Sequence] = []
         self._reserved = 0  # KV cells promised to running sequences
         self._aborted: set[str] = set()  # abort() calls the loop has not handled yet
@@ -211,7 +214,12 @@ class SyntheticEngine:
         self._end_all(FinishReason.CANCELLED, None)
 
     def generate(
-        self, request_id: str, messages: ChatMessages, params: SamplingParams
+        self,
+        request_id: str,
+        messages: ChatMessages,
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
     ) -> EventStream:
         if not self._accepting:
             raise EngineUnavailableError("the synthetic engine is not running")
@@ -235,6 +243,7 @@ class SyntheticEngine:
             generator=ReplyGenerator(seed),
             detok=IncrementalDetokenizer(stop=params.stop),
             queued_at=time.time(),
+            owner=owner,
         )
         self._seqs[request_id] = seq
         self._waiting.append(seq)
@@ -309,17 +318,17 @@ class SyntheticEngine:
             seq = self._seqs.get(request_id)
             if seq is not None:
                 self._finish(seq, FinishReason.CANCELLED)
-        self._waiting = deque(s for s in self._waiting if not s.done)
         self._running = [s for s in self._running if not s.done]
 
     def _admit(self) -> list[_Sequence]:
-        """Move waiting sequences to running in FIFO order while slots and KV cells allow."""
+        """Move the sequences due next (see `FairQueue`) to running while slots and cells allow."""
         joined: list[_Sequence] = []
         while self._waiting and len(self._running) < self._settings.max_seqs:
-            head = self._waiting[0]
+            head = self._waiting.peek()
+            assert head is not None
             if self._reserved + head.reserved > self._settings.kv_cells:
-                break  # strict FIFO: nobody overtakes the head of the queue
-            self._waiting.popleft()
+                break  # nobody overtakes the request due: a big one is never starved
+            self._waiting.pop()
             self._running.append(head)
             head.running = True
             head.admitted_at = time.time()
@@ -382,6 +391,9 @@ class SyntheticEngine:
         if seq.running:
             seq.running = False
             self._reserved -= seq.reserved
+            self._waiting.done(seq)
+        elif seq in self._waiting:
+            self._waiting.remove(seq)
         event: EngineEvent = Finished(
             reason=reason,
             prompt_tokens=seq.prompt_tokens,
@@ -395,8 +407,8 @@ class SyntheticEngine:
         seq.stream.push(event)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:
+        self._waiting.clear()  # first: each waiting request then ends without a queue search
         for seq in list(self._seqs.values()):
             self._finish(seq, reason, error=error)
-        self._waiting.clear()
         self._running.clear()
         self._reserved = 0

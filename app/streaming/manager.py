@@ -88,10 +88,17 @@ class GenerationManager:
     # -- replies ------------------------------------------------------------------------------
 
     def open_stream(
-        self, request_id: str, messages: ChatMessages, params: SamplingParams
+        self,
+        request_id: str,
+        messages: ChatMessages,
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
     ) -> AsyncIterator[EngineEvent]:
-        """Ask the engine for a stream. Raises EngineError on bad input, before anything is saved."""
-        return self.engine.generate(request_id, messages, params)
+        """Ask the engine for a stream. Raises EngineError on bad input, before anything is saved.
+
+        `owner` goes to the engine as is (fair admission, cache scope: see app/engine/base.py)."""
+        return self.engine.generate(request_id, messages, params, owner=owner)
 
     def run(self, generation: Generation, stream: AsyncIterator[EngineEvent]) -> Generation:
         """Start pumping `stream` (from `open_stream`, same id) into `generation`."""

@@ -55,6 +55,7 @@ class Services:
             api_grace_s=settings.api_grace_s,
             replica_id=settings.replica_id,
             cancel_channel=cancel_channel_for(settings.database_url, sessions),
+            max_replies_per_user=settings.max_replies_per_user,
         )
         return cls(settings, db_engine, sessions, engine, manager, replies)
 

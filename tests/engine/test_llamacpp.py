@@ -117,8 +117,8 @@ def test_missing_distribution_is_a_clear_error() -> None:
 # --- scheduler policy (no model) -----------------------------------------------------------------
 
 
-def _seq(rid: str, prompt_len: int, max_tokens: int) -> Sequence:
-    return Sequence(rid, GREEDY, list(range(prompt_len)), max_tokens, time.time())
+def _seq(rid: str, prompt_len: int, max_tokens: int, owner: str | None = None) -> Sequence:
+    return Sequence(rid, GREEDY, list(range(prompt_len)), max_tokens, time.time(), owner=owner)
 
 
 def test_admission_is_fifo_and_bounded_by_kv_cells_and_slots() -> None:
@@ -135,6 +135,23 @@ def test_admission_is_fifo_and_bounded_by_kv_cells_and_slots() -> None:
     assert list(sched.waiting) == [e]
     sched.release(e)  # aborting a waiting request just drops it from the queue
     assert not sched.waiting and sched.kv_reserved == 50 + 6 + 2
+
+
+def test_admission_is_fair_across_owners() -> None:
+    """One owner's 60 requests fill the slots and queue; another owner's goes in at the next free
+    slot, not after the whole backlog (FIFO admitted it 45th)."""
+    sched = Scheduler(max_seqs=16, kv_cells=100_000, step_token_budget=16)
+    flood = [_seq(f"a{i}", 10, 10, owner="alice") for i in range(60)]
+    sched.waiting.extend(flood)
+    assert list(sched.admit()) == flood[:16]
+    bob = _seq("b", 10, 10, owner="bob")
+    sched.waiting.append(bob)
+    assert list(sched.admit()) == []  # every slot is taken
+    sched.release(flood[0])
+    assert list(sched.admit()) == [bob]
+    sched.release(flood[1])
+    assert list(sched.admit()) == [flood[16]]  # then alice's backlog, in her own order
+    assert len(sched.waiting) == 60 - 17
 
 
 def test_plan_decodes_everyone_and_chunks_prefill_within_budget() -> None:
@@ -159,6 +176,19 @@ def test_prompts_go_in_bigger_chunks_when_nobody_decodes() -> None:
     list(sched.admit())
     assert [len(c.tokens) for c in sched.plan()] == [50, 13]
     assert sched.batch_capacity >= 63
+
+
+def test_prompt_budget_goes_round_the_owners_shortest_first() -> None:
+    """Alice's flood of three 40-token prompts was admitted before Bob's 5-token one: Bob's goes in
+    this step, not after hers (admission order gave every token to alice-0 first)."""
+    sched = Scheduler(max_seqs=8, kv_cells=10_000, step_token_budget=16)
+    flood = [_seq(f"a{i}", 40, 10, owner="alice") for i in range(3)]
+    bob = _seq("b", 5, 10, owner="bob")
+    sched.waiting.extend([*flood, bob])
+    list(sched.admit())
+    plan = sched.plan()
+    assert [(c.seq.request_id, len(c.tokens)) for c in plan] == [("b", 5), ("a0", 11)]
+    assert plan[0].wants_logits  # Bob's whole prompt: his first token comes from this step
 
 
 def test_prefill_is_never_starved_by_decoders() -> None:
@@ -207,6 +237,23 @@ def test_prefix_cache_keeps_under_its_cell_cap() -> None:
     evicted = cache.commit_store(plan, [3] * 6)
     assert [e.tokens[0] for e in evicted] == [1, 2]  # oldest first, until under the cap
     assert cache.cells == 6 and [e.tokens[0] for e in cache.entries] == [3]
+
+
+def test_prefix_cache_entries_serve_only_their_owner() -> None:
+    cache = PrefixCache([8, 9, 10])
+    prompt = list(range(40))
+    plan = cache.plan_store(prompt, "alice")
+    assert plan is not None
+    cache.commit_store(plan, prompt, "alice")
+    assert cache.lookup(prompt, "bob") == (None, 0)  # bob's identical prompt: nothing to reuse
+    assert cache.best_match(prompt, "bob") is None
+    assert cache.lookup([*prompt, 99], "alice")[1] == 40
+    plan = cache.plan_store(prompt, "bob")  # alice's entry holding it does not count for bob
+    assert plan is not None and plan.replaces is None and plan.seq_id != 8
+    cache.commit_store(plan, prompt, "bob")
+    assert {e.owner for e in cache.entries} == {"alice", "bob"}
+    longer = cache.plan_store([*prompt, 1, 2], "bob")  # extends bob's own entry, not alice's
+    assert longer is not None and longer.replaces is not None and longer.replaces.owner == "bob"
 
 
 def test_admission_evicts_cache_entries_before_waiting() -> None:
@@ -536,6 +583,75 @@ async def test_a_reused_prefix_gives_the_same_greedy_reply(engine: LlamaCppEngin
     text, _, _ = await run(engine, "warm", question, params)  # the system prompt comes cached
     assert engine.stats().extra["prefix_reused_tokens"] > before
     assert text == expected
+
+
+@module_loop
+async def test_another_owners_identical_prompt_is_prefilled_in_full(
+    engine: LlamaCppEngine,
+) -> None:
+    """The prefix cache serves one owner only: Bob sending what Alice just sent prefills every
+    token (no cache hit, so no shorter TTFT that would tell him what she asked), while Alice's own
+    second turn reuses hers. Before owners, Bob's prompt reused all but its last token."""
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+    secret = chat("My locker code is 4417; remind me of it tomorrow morning, please.")
+
+    async def reused_by(rid: str, owner: str) -> tuple[int, Finished]:
+        before = engine.stats().extra["prefix_reused_tokens"]
+        _, fin, _ = await collect(engine.generate(rid, secret, params, owner=owner))
+        return int(engine.stats().extra["prefix_reused_tokens"] - before), fin
+
+    await reused_by("alice-1", "alice")
+    bob_reused, bob_fin = await reused_by("bob-1", "bob")
+    alice_reused, _ = await reused_by("alice-2", "alice")
+    assert bob_reused == 0
+    assert alice_reused == bob_fin.prompt_tokens - 1  # all but the token that gives the logits
+
+
+OTHER_USERS_PROMPTS = [
+    "Write a long story about a lighthouse keeper.",
+    "Explain how rain forms, in detail.",
+    "List ten animals and describe each.",
+    "Write a poem about autumn leaves.",
+    "Describe the history of bread.",
+]
+
+
+@module_loop
+async def test_a_greedy_reply_does_not_change_with_other_users_traffic() -> None:
+    """The same greedy request on a fresh engine, then again after other owners' traffic (a cache
+    hit on the owner's own first request), and from a new owner (cold): the same text each time.
+
+    Checked to fail without the engine's pad token (`llamacpp_native.needs_pad`): the warm
+    request prefilled its last prompt token alone and then decoded alone, one-row graphs that
+    ggml's flash attention splits across threads once the other users' cells make the KV window
+    512+ cells wide; the split cut this sequence's cells in two places and the reply changed
+    ("L'Étoile, la Marseillaise, ..." became "L'Étoile, la Cité, la France, ...")."""
+    eng = LlamaCppEngine(
+        EngineSettings(
+            context_size=1024, max_seqs=8, kv_cells=16384, threads=2, step_token_budget=16
+        )
+    )
+    await eng.start()
+    params = SamplingParams(max_tokens=48, temperature=0.0)
+    question = chat("What is the capital of France?")
+    try:
+        first, fin, _ = await collect(eng.generate("alice-1", question, params, owner="alice"))
+        others = SamplingParams(max_tokens=150, temperature=0.0)
+        await asyncio.gather(
+            *(
+                collect(eng.generate(f"other-{i}", chat(text), others, owner=f"user-{i}"))
+                for i, text in enumerate(OTHER_USERS_PROMPTS)
+            )
+        )
+        assert eng.stats().extra["prefix_cache_cells"] >= 512  # the window is 512+ cells wide
+        before = eng.stats().extra["prefix_reused_tokens"]
+        again, _, _ = await collect(eng.generate("alice-2", question, params, owner="alice"))
+        assert eng.stats().extra["prefix_reused_tokens"] - before == fin.prompt_tokens - 1
+        cold, _, _ = await collect(eng.generate("carol-1", question, params, owner="carol"))
+    finally:
+        await eng.shutdown()
+    assert first and again == first
+    assert cold == first
 
 
 @module_loop

@@ -218,6 +218,31 @@ async def test_max_seqs_admits_in_fifo_order() -> None:
         await eng.shutdown()
 
 
+async def test_waiting_requests_are_admitted_fairly_across_owners() -> None:
+    """Alice queues 8 behind 2 slots; Bob's one request runs as soon as a slot frees, before the
+    rest of her backlog (FIFO ran it last), and hers still run in her own order."""
+    eng = await started(replace(FAST, max_seqs=2, synthetic_step_ms=2.0))
+    try:
+        params = SamplingParams()
+        alice = [
+            eng.generate(f"a{i}", user(f"[[synthetic:tokens={5 + i}]]"), params, owner="alice")
+            for i in range(8)
+        ]
+        await asyncio.sleep(0.001)
+        assert (eng.stats().running, eng.stats().waiting) == (2, 6)
+        bob = eng.generate("b", user("[[synthetic:tokens=5]] hi"), params, owner="bob")
+        results = await asyncio.gather(*(collect(s) for s in [*alice, bob]))
+        starts = [fin.admitted_at for _, _, fin in results]
+        bob_start = starts[-1]
+        assert bob_start is not None
+        assert (
+            sum(1 for t in starts[:8] if t is not None and t < bob_start) == 2
+        )  # only the first 2
+        assert starts[:8] == sorted(starts[:8])  # type: ignore[type-var]
+    finally:
+        await eng.shutdown()
+
+
 async def test_kv_cells_are_accounted_and_limit_admission() -> None:
     # each request reserves prompt + max_tokens cells; only one fits in 100 cells at a time
     eng = await started(replace(FAST, kv_cells=100, synthetic_step_ms=5.0))

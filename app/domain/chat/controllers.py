@@ -12,7 +12,7 @@ from uuid import UUID
 import msgspec
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import Provide
-from litestar.exceptions import ClientException, NotFoundException
+from litestar.exceptions import ClientException, NotFoundException, TooManyRequestsException
 from litestar.params import Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
@@ -20,7 +20,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_40
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.models import Conversation, Message
-from app.domain.chat.replies import NotFoundError, ReplyService
+from app.domain.chat.replies import NotFoundError, ReplyService, TooManyRepliesError
 from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
 from app.settings import Settings
 from app.streaming.events import CancelCause
@@ -134,6 +134,8 @@ async def start_reply(
     """Start a reply, turning engine refusals into clear HTTP errors."""
     try:
         return await replies.start(user.id, conversation, content, params, **kwargs)
+    except TooManyRepliesError as exc:
+        raise TooManyRequestsException(str(exc)) from exc
     except EngineUnavailableError as exc:
         raise ClientException(str(exc), status_code=503) from exc
     except EngineError as exc:
@@ -153,6 +155,8 @@ async def regenerate_reply(
         raise NotFoundException("no such message") from exc
     except service.NotRegenerableError as exc:
         raise ClientException(str(exc), status_code=HTTP_409_CONFLICT) from exc
+    except TooManyRepliesError as exc:
+        raise TooManyRequestsException(str(exc)) from exc
     except EngineUnavailableError as exc:
         raise ClientException(str(exc), status_code=503) from exc
     except EngineError as exc:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
 from uuid import UUID
 
 from app.db.cancel_channel import ATTACH, LocalCancelChannel, PostgresCancelChannel
@@ -31,6 +32,17 @@ STORED_POLL_S = 0.5
 
 class NotFoundError(LookupError):
     """No such conversation or message for this user (foreign ids look exactly like missing ones)."""
+
+
+class TooManyRepliesError(Exception):
+    """The user already has as many replies streaming (or queued) here as one user may."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"you already have {limit} replies in progress, the most one user may have at once: "
+            f"wait for one to finish (or stop one) and send again"
+        )
 
 
 def stored_outcome(m: Message) -> Outcome:
@@ -64,12 +76,38 @@ class ReplyService:
         api_grace_s: float,
         replica_id: str | None = None,
         cancel_channel: CancelChannel | None = None,
+        max_replies_per_user: int = 0,
     ) -> None:
+        """`max_replies_per_user`: live replies (running or queued in the engine) one user may have
+        in this process; 0 for no limit."""
         self.sessions = sessions
         self.manager = manager
         self.grace_by_source = {"page": page_grace_s, "api": api_grace_s}
         self.replica_id = replica_id
         self.cancel_channel = cancel_channel or LocalCancelChannel()
+        self.max_replies_per_user = max_replies_per_user
+        self._starting: Counter[str] = Counter()  # replies past the check, not yet live
+
+    @contextlib.contextmanager
+    def _reply_slot(self, user_id: UUID) -> Iterator[None]:
+        """Hold one of the user's reply slots while a reply starts, or raise TooManyRepliesError.
+
+        Checked and taken without an await in between, so concurrent sends cannot both slip in;
+        once the reply is live (`_run`) the manager counts it and the hold is let go."""
+        key = str(user_id)
+        limit = self.max_replies_per_user
+        if limit > 0:
+            # still generating (an ended reply whose end is being saved holds no engine slot)
+            live = sum(1 for g in self.manager.live() if g.user_id == key and g.outcome is None)
+            if live + self._starting[key] >= limit:
+                raise TooManyRepliesError(limit)
+        self._starting[key] += 1
+        try:
+            yield
+        finally:
+            self._starting[key] -= 1
+            if self._starting[key] <= 0:
+                del self._starting[key]
 
     @property
     def model_name(self) -> str:
@@ -84,7 +122,8 @@ class ReplyService:
         *,
         extra_messages: list[dict[str, str]] | None = None,
     ) -> Generation:
-        """Validate, persist the turn, start generating. Raises EngineError before writing anything.
+        """Validate, persist the turn, start generating. Raises EngineError (or TooManyRepliesError:
+        the user is at `max_replies_per_user`) before writing anything.
 
         `extra_messages` (the OpenAI API's full message list) replaces the stored history when given.
         """
@@ -95,24 +134,32 @@ class ReplyService:
             messages = extra_messages
         if not self.manager.accepting:
             raise EngineUnavailableError("the server is shutting down: try again in a moment")
-        request_id = uuid.uuid4().hex
-        stream = self.manager.open_stream(request_id, messages, params)  # may raise EngineError
-        try:
-            user_message, reply = await service.add_turn(
-                self.sessions,
-                conversation.id,
-                content,
-                self.model_name,
-                engine_request_id=request_id,
-                replica_id=self.replica_id,
-                title_if_untitled=content[:80],
+        with self._reply_slot(user_id):  # may raise TooManyRepliesError
+            request_id = uuid.uuid4().hex
+            stream = self.manager.open_stream(  # may raise EngineError
+                request_id, messages, params, owner=str(user_id)
             )
-        except BaseException:
-            await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
-            raise
-        return self._run(
-            reply, request_id, str(user_id), str(user_message.id), str(conversation.source), stream
-        )
+            try:
+                user_message, reply = await service.add_turn(
+                    self.sessions,
+                    conversation.id,
+                    content,
+                    self.model_name,
+                    engine_request_id=request_id,
+                    replica_id=self.replica_id,
+                    title_if_untitled=content[:80],
+                )
+            except BaseException:
+                await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
+                raise
+            return self._run(
+                reply,
+                request_id,
+                str(user_id),
+                str(user_message.id),
+                str(conversation.source),
+                stream,
+            )
 
     async def regenerate(
         self, user_id: UUID, message_id: UUID, params: SamplingParams
@@ -120,7 +167,8 @@ class ReplyService:
         """Answer a reply's question again; the new reply takes the old one's place.
 
         Same order as `start`: the engine accepts the prompt before any row changes. Raises
-        NotFoundError, service.NotRegenerableError, or EngineError before writing anything.
+        NotFoundError, service.NotRegenerableError, TooManyRepliesError or EngineError before
+        writing anything.
         """
         old = await service.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
@@ -128,20 +176,23 @@ class ReplyService:
         messages, question_id = await service.regeneration_prompt(self.sessions, old)
         if not self.manager.accepting:
             raise EngineUnavailableError("the server is shutting down: try again in a moment")
-        request_id = uuid.uuid4().hex
-        stream = self.manager.open_stream(request_id, messages, params)  # may raise EngineError
-        try:
-            reply = await service.replace_reply(
-                self.sessions,
-                old,
-                self.model_name,
-                engine_request_id=request_id,
-                replica_id=self.replica_id,
+        with self._reply_slot(user_id):  # may raise TooManyRepliesError
+            request_id = uuid.uuid4().hex
+            stream = self.manager.open_stream(  # may raise EngineError
+                request_id, messages, params, owner=str(user_id)
             )
-        except BaseException:
-            await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
-            raise
-        return self._run(reply, request_id, str(user_id), str(question_id), "page", stream)
+            try:
+                reply = await service.replace_reply(
+                    self.sessions,
+                    old,
+                    self.model_name,
+                    engine_request_id=request_id,
+                    replica_id=self.replica_id,
+                )
+            except BaseException:
+                await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
+                raise
+            return self._run(reply, request_id, str(user_id), str(question_id), "page", stream)
 
     def _run(
         self,

@@ -110,7 +110,8 @@ async def chat_completions(request: Request, user: User) -> Response[Any] | Stre
         )
     except HTTPException as exc:
         await service.delete_conversation(services.sessions, user.id, conversation.id)
-        raise OpenAIError(exc.detail, status_code=exc.status_code) from exc
+        code = "rate_limit_exceeded" if exc.status_code == 429 else None  # as OpenAI's own 429s
+        raise OpenAIError(exc.detail, status_code=exc.status_code, code=code) from exc
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     model = services.engine.model_name
     events = services.replies.follow(
@@ -182,7 +183,7 @@ def _error_response(request: Request, exc: Exception) -> Response[Any]:
         message = exc.detail
     else:
         message = "internal server error"
-    kind = {401: "authentication_error", 404: "invalid_request_error"}.get(
+    kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(
         status, "invalid_request_error"
     )
     if status >= 500:
