@@ -213,9 +213,10 @@ async def check_stop_queued(engine: TrtLlmEngine, args: argparse.Namespace, kv0:
     streams = [engine.generate(f"q-{i}", COUNT, params) for i in range(total)]
     for stream in streams[: args.max_batch]:  # the first max_batch run ...
         await anext(stream)
-    deadline = time.monotonic() + 3 * STATS_POLL_S
-    while engine.stats().waiting == 0 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)  # the next stats poll shows the queue
+    for _ in range(round(3 * STATS_POLL_S / 0.05)):  # the next stats poll shows the queue
+        if engine.stats().waiting:
+            break
+        await asyncio.sleep(0.05)
     waited = engine.stats().waiting
     victim = f"q-{total - 1}"  # ... the last waits for a slot
     stopped_at = time.perf_counter()
