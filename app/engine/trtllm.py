@@ -174,9 +174,18 @@ def llm_arg_fields(trt: ModuleType) -> frozenset[str]:
 
 def sampler_options(fields: frozenset[str]) -> tuple[dict[str, Any], str]:
     """The `LLM(...)` arguments under which each request's own sampling is applied, and the name
-    of the sampler they select (see the module docstring)."""
-    if "enable_trtllm_sampler" in fields:  # 1.0: TorchSampler would decode the batch greedily
+    of the sampler they select (see the module docstring).
+
+    `enable_mixed_sampler` exists exactly where TorchSampler still has its batch-wide greedy fast
+    path (1.0); there the TRTLLM sampler is chosen, through whichever field this version has for
+    it, since it applies temperature, top-p, top-k and the seed per request. Elsewhere TorchSampler
+    samples each request its own way."""
+    if "enable_trtllm_sampler" in fields:  # 1.0
         return {"enable_trtllm_sampler": True}, "TRTLLMSampler (enable_trtllm_sampler=True)"
+    if "enable_mixed_sampler" in fields:
+        if "sampler_type" in fields:
+            return {"sampler_type": "TRTLLMSampler"}, "TRTLLMSampler (sampler_type)"
+        return {"enable_mixed_sampler": True}, "TorchSampler (enable_mixed_sampler=True)"
     if "sampler_type" in fields:  # 1.1+: TorchSampler applies each request's strategy
         return {"sampler_type": "TorchSampler"}, "TorchSampler (sampler_type='TorchSampler')"
     return {}, "TorchSampler (the only sampler in this version)"

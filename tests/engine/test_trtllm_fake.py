@@ -449,6 +449,16 @@ async def run_until_tokens(stream: AsyncIterator[EngineEvent], count: int) -> li
             {"enable_trtllm_sampler": True},
             "TRTLLMSampler",
         ),
+        (  # a version with sampler_type that still has the fast path: the TRTLLM sampler
+            (fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler"}) | {"sampler_type"},
+            {"sampler_type": "TRTLLMSampler"},
+            "TRTLLMSampler",
+        ),
+        (  # the fast path, and no way to pick the TRTLLM sampler: the mixed TorchSampler
+            fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler"},
+            {"enable_mixed_sampler": True},
+            "TorchSampler",
+        ),
         (  # 1.1+: sampler_type; TorchSampler samples each request its own way
             (fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler", "enable_mixed_sampler"})
             | {"sampler_type"},
