@@ -29,14 +29,14 @@ and the newer releases; paths relative to `tensorrt_llm/`), cited where it is us
   which executor/executor.py `_handle_background_error` raises once and then shuts the LLM down)
   is `EngineUnavailableError`.
 
-Sampling (defect found on 1.0): 1.0's TorchSampler takes a batch-wide greedy fast path unless the
-LLM is built with `enable_trtllm_sampler` or `enable_mixed_sampler`
-(_torch/pyexecutor/sampler.py: `fast_path = not self.enable_mixed_sampler and ...` -> argmax),
-silently ignoring temperature, top-p and top-k. `sampler_options` picks, from the fields the
-installed version's `TorchLlmArgs` has, the option that applies each request's sampling: on 1.0
-the TRTLLM sampler (it also honours the per-request seed); from 1.1 (`sampler_type`) TorchSampler,
-which samples per request; where neither field exists TorchSampler is the only sampler. The choice
-is logged at start-up with the version and backend.
+Sampling: 1.0's TorchSampler takes a batch-wide greedy fast path unless the LLM is built with
+`enable_trtllm_sampler` or `enable_mixed_sampler` (_torch/pyexecutor/sampler.py: `fast_path = not
+self.enable_mixed_sampler and ...` -> argmax), silently ignoring temperature, top-p and top-k.
+`sampler_options` picks, from the fields the installed version's `TorchLlmArgs` has, the option
+that applies each request's sampling: where the fast path exists (the `enable_mixed_sampler` field
+does), the TRTLLM sampler (it also honours the per-request seed); in later versions (1.1's
+`sampler_type`, or no field at all) TorchSampler, which samples each request its own way there.
+The choice is logged at start-up with the version and backend.
 
 Worker process or not (`EngineSettings.trtllm_in_process`, env TRTLLM_IN_PROCESS, default off):
 with one GPU the LLM API runs the executor in a spawned worker process and ships responses over
