@@ -50,6 +50,7 @@ import logging
 import os
 import random
 import re
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -283,7 +284,7 @@ class LLM:
                 "Using single process worker for TP1, this may hurt streaming generation "
                 "performance."
             )
-        self.built_on_thread = __import__("threading").current_thread()
+        self.built_on_thread = threading.current_thread()
         self.tokenizer: FakeTokenizer | None = FakeTokenizer()
         self.args = _Args(
             backend=kwargs.get("backend") or "pytorch",
@@ -333,7 +334,7 @@ class LLM:
         self,
         inputs: str | list[int],
         sampling_params: SamplingParams | None = None,
-        streaming: bool = False,
+        streaming: bool = False,  # the fake always streams; the adapter always asks it to
         **kwargs: Any,
     ) -> RequestOutput:
         if self._executor.is_shutdown():  # llm.py generate_async
