@@ -163,12 +163,14 @@ def version_tuple(version: str) -> tuple[int, int]:
 
 def llm_arg_fields(trt: ModuleType) -> frozenset[str]:
     """The names `tensorrt_llm.LLM(...)` accepts: the fields of the PyTorch backend's arguments
-    (llmapi/llm_args.py `TorchLlmArgs`, a pydantic model exported by `tensorrt_llm.llmapi`)."""
-    with contextlib.suppress(ImportError):
-        args = getattr(importlib.import_module("tensorrt_llm.llmapi"), "TorchLlmArgs", None)
-        fields = getattr(args, "model_fields", None)
-        if isinstance(fields, dict):
-            return frozenset(fields)
+    (llmapi/llm_args.py `TorchLlmArgs`, a pydantic model, also exported by `tensorrt_llm.llmapi`)."""
+    for module in ("tensorrt_llm.llmapi", "tensorrt_llm.llmapi.llm_args"):
+        with contextlib.suppress(ImportError):
+            args = getattr(importlib.import_module(module), "TorchLlmArgs", None)
+            fields = getattr(args, "model_fields", None)
+            if isinstance(fields, dict) and fields:
+                return frozenset(fields)
+    log.warning("cannot read TensorRT-LLM's TorchLlmArgs: the sampler is left at its default")
     return frozenset()
 
 
