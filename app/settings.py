@@ -50,7 +50,9 @@ class EngineSettings:
     # 1,500-token prompt arriving, 16 kept every gap within 3x the steady one (24: 5-8x; one big
     # step: a 14-26 s freeze). See bench/chunked_prefill.py.
     step_token_budget: int = 16
-    trtllm_in_process: bool = True  # TLLM_WORKER_USE_SINGLE_PROCESS=1 (see app/engine/trtllm.py)
+    # TensorRT-LLM's executor in this process (TLLM_WORKER_USE_SINGLE_PROCESS=1) or, the default,
+    # in its worker process: TensorRT-LLM warns that in-process may hurt streaming (app/engine/trtllm.py)
+    trtllm_in_process: bool = False
     synthetic_step_ms: float = 20.0  # synthetic engine: fixed cost of one step
     synthetic_per_seq_ms: float = 0.5  # ... plus this much per running sequence
     synthetic_prefill_ms_per_token: float = 0.05

@@ -69,6 +69,12 @@ def server_env_overrides() -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
+def engine_kind() -> str:
+    """The server's engine: an ENGINE value, or "trtllm-fake" (tests/live_server.py)."""
+    return "llamacpp"
+
+
+@pytest.fixture(scope="module")
 def module_dir(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Path:
     return tmp_path_factory.mktemp(f"e2e-{backend}")
 
@@ -86,9 +92,12 @@ def database_url(backend: str, module_dir: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def server(
-    database_url: str, module_dir: Path, server_env_overrides: dict[str, object]
+    database_url: str,
+    module_dir: Path,
+    server_env_overrides: dict[str, object],
+    engine_kind: str,
 ) -> Iterator[LiveServer]:
-    env = server_env("llamacpp", database_url, module_dir, **{**E2E_ENV, **server_env_overrides})
+    env = server_env(engine_kind, database_url, module_dir, **{**E2E_ENV, **server_env_overrides})
     live = LiveServer(env, module_dir / "server.log")
     try:
         yield live.start()

@@ -65,11 +65,36 @@ BASE_ENV = {
 }
 
 
+# ENGINE=trtllm over the FAKE tensorrt_llm (tests/fakes/tensorrt_llm/; TensorRT-LLM needs a GPU):
+# the server process imports it from PYTHONPATH. Its reply counts words up to max_tokens, one
+# executor iteration (a token) every 10 ms, slow enough to Stop mid-reply, fast enough to test.
+FAKE_TRTLLM_DIR = PROJECT_ROOT / "tests" / "fakes"
+
+
+def engine_env(engine: str) -> dict[str, str]:
+    """ENGINE and what it needs; "trtllm-fake" is ENGINE=trtllm over the fake `tensorrt_llm`."""
+    if engine != "trtllm-fake":
+        return {"ENGINE": engine}
+    path = os.pathsep.join(p for p in (str(FAKE_TRTLLM_DIR), os.environ.get("PYTHONPATH")) if p)
+    return {
+        "ENGINE": "trtllm",
+        "PYTHONPATH": path,
+        "FAKE_TRTLLM_ENDLESS": "1",
+        "FAKE_TRTLLM_STEP_MS": "10",
+    }
+
+
 def server_env(
     engine: str, database_url: str, data_dir: Path, **overrides: object
 ) -> dict[str, str]:
-    """The environment of a test server: short grace/deadline/flush, then `overrides`."""
-    env = {**BASE_ENV, "ENGINE": engine, "DATABASE_URL": database_url, "DATA_DIR": str(data_dir)}
+    """The environment of a test server: short grace/deadline/flush, then `overrides`. `engine`
+    is an ENGINE value, or "trtllm-fake" (see `engine_env`)."""
+    env = {
+        **BASE_ENV,
+        **engine_env(engine),
+        "DATABASE_URL": database_url,
+        "DATA_DIR": str(data_dir),
+    }
     env.update({name: str(value) for name, value in overrides.items()})
     return env
 

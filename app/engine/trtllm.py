@@ -1,46 +1,62 @@
-"""TensorRT-LLM behind the engine contract, through its LLM API (`tensorrt_llm.LLM`).
+"""TensorRT-LLM (>= 1.0, PyTorch backend) behind the engine contract, through its LLM API.
 
-TensorRT-LLM does the batching, scheduling and KV-cache management itself; this adapter only turns
-its per-request async streams into our events. Per request:
+TensorRT-LLM batches, schedules and manages the KV cache itself; this adapter turns its per-request
+async streams into our events. What it relies on was read in NVIDIA/TensorRT-LLM's sources (1.0
+and the newer releases; paths relative to `tensorrt_llm/`), cited where it is used:
 
-- the prompt is the model's chat template (`llm.tokenizer.apply_chat_template(..., tokenize=False,
-  add_generation_prompt=True)`), tokenised once here with `add_special_tokens=False` (the template
-  already holds BOS and friends) for the context check; those token ids are what we hand to
-  `llm.generate_async`, so TensorRT-LLM neither re-tokenises nor adds a second BOS, and our
-  `prompt_tokens` is exactly what the model sees;
-- `generate_async(ids, SamplingParams(...), streaming=True)` is called from the running event loop
-  (its result queue binds to that loop) and iterated with `async for` by one task per request;
-- `SamplingParams.max_tokens` defaults to 32 in TensorRT-LLM, so it is always set: the request's
-  `max_tokens`, cut to what the context has room for;
-- stop strings are not given to TensorRT-LLM: our `IncrementalDetokenizer` runs on `text_diff` and
-  holds back a possible stop-string prefix exactly as the CPU engine does; when it hits a stop
-  string the reply ends with `stop` at once and the TensorRT-LLM request is ended with
-  `RequestOutput.abort()`;
-- `abort()` calls `RequestOutput.abort()`; the stream ends with `cancelled` when TensorRT-LLM
-  reports the request finished (normally its next iteration), or after `ABORT_GRACE_S` at the latest.
+- the prompt is the model's chat template, tokenised once here (`add_special_tokens=False`: the
+  template holds BOS already) and handed to `LLM.generate_async` as token ids, so TensorRT-LLM does
+  not re-tokenise and `prompt_tokens` is what the model sees;
+- `generate_async(ids, SamplingParams(...), streaming=True)` is called on the running event loop
+  (executor/result.py: a result made without a running loop has no async queue and cannot be
+  iterated) and followed by one task per request;
+- `max_tokens` is always set (SamplingParams defaults to 32) and cut to what the context has room
+  for, against the `max_seq_len` the executor reports (executor/base_worker.py: the model engine
+  may lower it; its `_deduce_max_tokens` would otherwise shorten `max_tokens` itself with only a
+  warning, or refuse the prompt). A reply cut by the context ends with `length`, as on llama.cpp;
+- stop strings stay ours: `IncrementalDetokenizer` holds back a possible stop-string prefix exactly
+  as on the CPU engines; on a stop string the reply ends with `stop` and the TensorRT-LLM request is
+  aborted;
+- Stop: `RequestOutput.abort()`. A request TensorRT-LLM has already answered ends with the final
+  `cancelled` response it sends at its next iteration (ABORT_GRACE_S at the latest). One it has not
+  answered yet may still sit in the executor's waiting queue, and such a request is dropped with
+  no response at all (_torch/pyexecutor/py_executor.py `_handle_canceled_requests` ->
+  `update_waiting_queue`): it ends `cancelled` at once, with no tokens, and whatever TensorRT-LLM
+  still sends for it is drained and ignored;
+- refusals: the worker wraps what it refuses in `RequestError`, a RuntimeError (executor/utils.py,
+  executor/base_worker.py `_enqueue_request`); they become `EngineError` / `PromptTooLongError`
+  (a 400). Only a shut-down LLM ("LLM is shutting down", llmapi/llm.py; or a background error,
+  which executor/executor.py `_handle_background_error` raises once and then shuts the LLM down)
+  is `EngineUnavailableError`.
 
-Worker process or not (`EngineSettings.trtllm_in_process`, env TRTLLM_IN_PROCESS): with a single GPU
-the LLM API normally runs the executor in a spawned worker process and ships every response back
-over IPC. With `trtllm_in_process` (the default) we set `TLLM_WORKER_USE_SINGLE_PROCESS=1` before
-building the `LLM`, and the executor runs in this process:
+Sampling: 1.0's TorchSampler takes a batch-wide greedy fast path unless the LLM is built with
+`enable_trtllm_sampler` or `enable_mixed_sampler` (_torch/pyexecutor/sampler.py: `fast_path = not
+self.enable_mixed_sampler and ...` -> argmax), silently ignoring temperature, top-p and top-k.
+`sampler_options` picks, from the fields the installed version's `TorchLlmArgs` has, the option
+that applies each request's sampling: where the fast path exists (the `enable_mixed_sampler` field
+does), the TRTLLM sampler (it also honours the per-request seed); in later versions (1.1's
+`sampler_type`, or no field at all) TorchSampler, which samples each request its own way there.
+The choice is logged at start-up with the version and backend.
 
-- in-process: no IPC hop per token (lower, steadier inter-token latency), one process to deploy
-  and watch; but the executor's threads share this interpreter (GIL contention with the web
-  server under load) and a CUDA fault or executor crash takes the whole server down;
-- worker process: the GPU work is isolated (a crash kills the worker, not the server, and the GIL
-  is not shared), at the cost of serialisation and an IPC hop for every streamed response.
+Worker process or not (`EngineSettings.trtllm_in_process`, env TRTLLM_IN_PROCESS, default off):
+with one GPU the LLM API runs the executor in a spawned worker process and ships responses over
+IPC; with TLLM_WORKER_USE_SINGLE_PROCESS=1 it runs in this process, and TensorRT-LLM itself warns
+that this "may hurt streaming generation performance" (executor/executor.py `create`): the
+executor's threads then share this interpreter's GIL with the web server, and a CUDA fault takes
+the server down. The worker process is the default until bench/gpu_smoke.py measures otherwise
+(it prints both). TensorRT-LLM reads the variable once per process (llmapi/utils.py:
+`enable_worker_single_process_for_tp1` is `@cache`d): the adapter sets it only while it has not
+been read, and reports the mode actually in effect (`stats().extra["trt_in_process"]`), warning
+when that is not the one asked for.
 
-TensorRT-LLM reads the variable once per process (it caches the answer), so the setting of the first
-engine started in a process wins; with tensor parallelism > 1 it always uses worker processes.
-
-`kv_cells` and `step_token_budget` do not apply: TensorRT-LLM sizes its KV cache from free GPU
-memory and schedules tokens itself. `max_seqs` becomes `max_batch_size`, `context_size` becomes
-`max_seq_len`. `stats()` reports our in-flight requests as `running`; queue depth and KV use come
-from TensorRT-LLM's iteration stats (`llm.get_stats_async`) when it provides them, else 0.
+`kv_cells` and `step_token_budget` do not apply (TensorRT-LLM sizes its KV cache from free GPU
+memory and schedules tokens itself); `max_seqs` becomes `max_batch_size`, `context_size`
+`max_seq_len`. `stats()`: `running` is our requests in flight; queue depth and KV use come from
+TensorRT-LLM's iteration stats, polled once a request has been made. That queue is shared
+(whoever reads a stat consumes it), so nothing else in the process may read it.
 
 `tensorrt_llm` is imported only when the engine starts (it pulls in torch and CUDA); where it is not
-installed, selecting this engine fails at once with `TrtLlmUnavailableError`, which says how to
-install it.
+installed, selecting this engine fails at once with `TrtLlmUnavailableError`.
 """
 
 from __future__ import annotations
@@ -52,6 +68,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -80,6 +97,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # a Hugging Face name or a local directory
 SINGLE_PROCESS_ENV = "TLLM_WORKER_USE_SINGLE_PROCESS"
+MIN_VERSION = (1, 0)  # before 1.0, tensorrt_llm.LLM is the TensorRT-engine backend
 ABORT_GRACE_S = 5.0  # an aborted request ends by then even if TensorRT-LLM never confirms it
 STATS_POLL_S = 1.0
 INSTALL_HINT = (
@@ -95,10 +113,16 @@ _FINISH_REASONS = {
     "length": FinishReason.LENGTH,
     "cancelled": FinishReason.CANCELLED,
 }
+# What base_worker._deduce_max_tokens says when the prompt leaves no room for a reply.
+_NO_ROOM = re.compile(r"max_seq_len|default_max_tokens|prompt length", re.IGNORECASE)
 
 
 class TrtLlmUnavailableError(EngineUnavailableError):
-    """`tensorrt_llm` cannot be imported on this machine."""
+    """`tensorrt_llm` cannot be imported on this machine, or is older than 1.0."""
+
+
+class _NeverRaised(Exception):
+    """Stands in for `RequestError` where a version does not define it."""
 
 
 def tensorrt_llm_installed() -> bool:
@@ -112,9 +136,9 @@ def tensorrt_llm_installed() -> bool:
 
 
 def import_tensorrt_llm() -> ModuleType:
-    """Import `tensorrt_llm`, turning every way that fails into one clear error."""
+    """Import `tensorrt_llm` (>= 1.0), turning every way that fails into one clear error."""
     try:
-        return importlib.import_module("tensorrt_llm")
+        trt = importlib.import_module("tensorrt_llm")
     except ImportError as exc:
         raise TrtLlmUnavailableError(f"{INSTALL_HINT} ({exc})") from exc
     except (OSError, RuntimeError) as exc:  # installed, but CUDA or a shared library is missing
@@ -122,6 +146,84 @@ def import_tensorrt_llm() -> ModuleType:
             f"tensorrt_llm is installed but failed to import: {exc}. It needs an NVIDIA GPU, "
             f"its CUDA runtime and a matching torch; see NVIDIA's TensorRT-LLM installation guide."
         ) from exc
+    version = str(getattr(trt, "__version__", "0"))
+    if version_tuple(version) < MIN_VERSION:
+        raise TrtLlmUnavailableError(
+            f"tensorrt_llm {version} is too old: this engine needs 1.0 or newer, where "
+            f"tensorrt_llm.LLM is the PyTorch backend (before 1.0 it builds TensorRT engines). "
+            f"pip install -e '.[gpu]' --extra-index-url https://pypi.nvidia.com"
+        )
+    return trt
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def llm_arg_fields(trt: ModuleType) -> frozenset[str]:
+    """The names `tensorrt_llm.LLM(...)` accepts: the fields of the PyTorch backend's arguments
+    (llmapi/llm_args.py `TorchLlmArgs`, a pydantic model, also exported by `tensorrt_llm.llmapi`)."""
+    for module in ("tensorrt_llm.llmapi", "tensorrt_llm.llmapi.llm_args"):
+        with contextlib.suppress(ImportError):
+            args = getattr(importlib.import_module(module), "TorchLlmArgs", None)
+            fields = getattr(args, "model_fields", None)
+            if isinstance(fields, dict) and fields:
+                return frozenset(fields)
+    log.warning("cannot read TensorRT-LLM's TorchLlmArgs: the sampler is left at its default")
+    return frozenset()
+
+
+def sampler_options(fields: frozenset[str]) -> tuple[dict[str, Any], str]:
+    """The `LLM(...)` arguments under which each request's own sampling is applied, and the name
+    of the sampler they select (see the module docstring).
+
+    `enable_mixed_sampler` exists exactly where TorchSampler still has its batch-wide greedy fast
+    path (1.0); there the TRTLLM sampler is chosen, through whichever field this version has for
+    it, since it applies temperature, top-p, top-k and the seed per request. Elsewhere TorchSampler
+    samples each request its own way."""
+    if "enable_trtllm_sampler" in fields:  # 1.0
+        return {"enable_trtllm_sampler": True}, "TRTLLMSampler (enable_trtllm_sampler=True)"
+    if "enable_mixed_sampler" in fields:
+        if "sampler_type" in fields:
+            return {"sampler_type": "TRTLLMSampler"}, "TRTLLMSampler (sampler_type)"
+        return {"enable_mixed_sampler": True}, "TorchSampler (enable_mixed_sampler=True)"
+    if "sampler_type" in fields:  # 1.1+: TorchSampler applies each request's strategy
+        return {"sampler_type": "TorchSampler"}, "TorchSampler (sampler_type='TorchSampler')"
+    return {}, "TorchSampler (the only sampler in this version)"
+
+
+def request_error_type() -> type[BaseException]:
+    """TensorRT-LLM's per-request failure (executor/utils.py `RequestError(RuntimeError)`)."""
+    for module in ("tensorrt_llm.executor.utils", "tensorrt_llm.executor"):
+        with contextlib.suppress(ImportError):
+            error = getattr(importlib.import_module(module), "RequestError", None)
+            if isinstance(error, type) and issubclass(error, BaseException):
+                return error
+    return _NeverRaised
+
+
+def apply_worker_mode(in_process: bool) -> bool:
+    """Set TLLM_WORKER_USE_SINGLE_PROCESS for the LLM about to be built, unless this process has
+    read it already (llmapi/utils.py caches the answer); return the mode in effect."""
+    probe = None
+    with contextlib.suppress(ImportError):
+        utils = importlib.import_module("tensorrt_llm.llmapi.utils")
+        probe = getattr(utils, "enable_worker_single_process_for_tp1", None)
+    cache_info = getattr(probe, "cache_info", None)
+    already_read = cache_info is not None and cache_info().currsize > 0
+    if not already_read:
+        os.environ[SINGLE_PROCESS_ENV] = "1" if in_process else "0"
+    effective = bool(probe()) if callable(probe) else in_process
+    if effective != in_process:
+        log.warning(
+            "TRTLLM_IN_PROCESS=%d has no effect: TensorRT-LLM already read %s in this process and "
+            "keeps the executor %s",
+            in_process,
+            SINGLE_PROCESS_ENV,
+            "in this process" if effective else "in its worker process",
+        )
+    return effective
 
 
 def sampling_kwargs(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
@@ -159,10 +261,12 @@ class _Request:
     detok: IncrementalDetokenizer
     queued_at: float
     generated: int = 0
+    responses: int = 0  # responses TensorRT-LLM has sent: 0 means it may still be queued
     first_token_at: float | None = None
     unsent_ids: list[int] = field(default_factory=list)
     aborted: bool = False  # abort() or shutdown: ends with cancelled
     abort_sent: bool = False  # RequestOutput.abort() was called
+    stop_string: bool = False  # we ended it on a stop string
     task: asyncio.Task[None] | None = None
 
 
@@ -178,15 +282,18 @@ class TrtLlmEngine:
         self._trt: ModuleType | None = None
         self._llm: Any = None
         self._tokenizer: Any = None
+        self._request_error: type[BaseException] = _NeverRaised
         self._accepting = False
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, _Request] = {}  # streams not yet finished
+        self._pumps: set[asyncio.Task[None]] = set()  # still following a TensorRT-LLM request
         self._tokens = 0
-        self._finish_counts: Counter[str] = Counter()  # TensorRT-LLM's own finish reasons
+        self._finish_counts: Counter[str] = Counter()  # how TensorRT-LLM requests ended
         self._backend_stats: dict[str, float] = {}
         self._stats_task: asyncio.Task[None] | None = None
-        self._submitted = False  # a request went in since the last stats poll
-        self._iter_stats = False  # the LLM was built with enable_iter_perf_stats
+        self._submitted = False  # a request has been made: iteration stats exist
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.in_process: bool | None = None  # the worker mode in effect, once started
+        self.sampler: str | None = None  # the sampler chosen, once started
 
     # -- the contract ---------------------------------------------------------------------------
 
@@ -203,15 +310,16 @@ class TrtLlmEngine:
             return
         trt = import_tensorrt_llm()
         self._loop = asyncio.get_running_loop()
-        os.environ[SINGLE_PROCESS_ENV] = "1" if self._settings.trtllm_in_process else "0"
+        sampler_kwargs, self.sampler = sampler_options(llm_arg_fields(trt))
+        self.in_process = apply_worker_mode(self._settings.trtllm_in_process)
         kwargs: dict[str, Any] = {
             "max_seq_len": self._settings.context_size,
             "max_batch_size": self._settings.max_seqs,
+            "enable_iter_perf_stats": True,
+            **sampler_kwargs,
         }
         try:
-            llm = await asyncio.to_thread(self._build_llm, trt, kwargs)
-        except EngineError:
-            raise
+            llm = await asyncio.to_thread(lambda: trt.LLM(model=self._model, **kwargs))
         except Exception as exc:
             raise EngineUnavailableError(
                 f"TensorRT-LLM could not load {self._model}: {exc}"
@@ -220,38 +328,48 @@ class TrtLlmEngine:
             await asyncio.to_thread(llm.shutdown)
             raise EngineUnavailableError(f"TensorRT-LLM loaded {self._model} without a tokenizer")
         self._trt, self._llm, self._tokenizer = trt, llm, llm.tokenizer
-        max_seq_len = getattr(getattr(llm, "args", None), "max_seq_len", None)
-        if isinstance(max_seq_len, int) and 0 < max_seq_len < self._context_size:
-            self._context_size = max_seq_len
+        self._request_error = request_error_type()
+        limit = self._executor_max_seq_len(llm)
+        if limit is not None and 0 < limit < self._context_size:
+            self._context_size = limit
+        backend = getattr(getattr(llm, "args", None), "backend", None) or "pytorch"
+        log.info(
+            "TensorRT-LLM %s: %s backend, %s, executor %s, max_seq_len %d, max_batch_size %d",
+            getattr(trt, "__version__", "?"),
+            backend,
+            self.sampler,
+            "in this process" if self.in_process else "in its worker process",
+            self._context_size,
+            self._settings.max_seqs,
+        )
         self._accepting = True
-        if self._iter_stats:  # without them every poll would only log "not available yet"
-            self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
+        self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
 
-    def _build_llm(self, trt: ModuleType, kwargs: dict[str, Any]) -> Any:
-        """Blocking (minutes on a first build): runs in a thread. Asks for iteration stats, and
-        builds without them on a TensorRT-LLM version that does not know that argument."""
-        try:
-            llm = trt.LLM(model=self._model, enable_iter_perf_stats=True, **kwargs)
-        except (TypeError, ValueError) as exc:
-            if "enable_iter_perf_stats" not in str(exc):
-                raise
-            return trt.LLM(model=self._model, **kwargs)
-        self._iter_stats = True
-        return llm
+    @staticmethod
+    def _executor_max_seq_len(llm: Any) -> int | None:
+        """The limit the executor enforces: base_worker.py keeps the model engine's (possibly
+        lower) `max_seq_len` on the in-process worker; otherwise the LLM's arguments."""
+        for value in (
+            getattr(getattr(llm, "_executor", None), "max_seq_len", None),
+            getattr(getattr(llm, "args", None), "max_seq_len", None),
+        ):
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
 
     async def shutdown(self) -> None:
         self._accepting = False
         requests = list(self._requests.values())
         for req in requests:
-            req.aborted = True
-            self._abort_backend(req)
-        tasks = [r.task for r in requests if r.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=ABORT_GRACE_S)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        for req in requests:  # pumps that were cancelled, or never ran
+            self._cancel(req)
+        answered = [r.task for r in requests if r.task is not None and r.responses]
+        if answered:  # their final `cancelled` responses come at the next iteration
+            await asyncio.wait(answered, timeout=ABORT_GRACE_S)
+        pumps = list(self._pumps)  # the rest may never get a response: stop following them
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        for req in requests:
             self._finish(req, FinishReason.CANCELLED)
         self._requests.clear()
         if self._stats_task is not None:
@@ -264,23 +382,28 @@ class TrtLlmEngine:
             await asyncio.to_thread(llm.shutdown)
 
     def generate(
-        self, request_id: str, messages: ChatMessages, params: SamplingParams
+        self,
+        request_id: str,
+        messages: ChatMessages,
+        params: SamplingParams,
+        *,
+        owner: str | None = None,  # unused: TensorRT-LLM's own scheduler admits requests
     ) -> EventStream:
         if not self._accepting or self._llm is None or self._trt is None:
             raise EngineUnavailableError("the TensorRT-LLM engine is not running")
         if request_id in self._requests:
             raise DuplicateRequestError(f"request {request_id!r} is already running")
+        # Before anything reaches TensorRT-LLM: its result needs this loop (executor/result.py).
+        loop = asyncio.get_running_loop()
         token_ids = self._tokenize(messages)
         if len(token_ids) + 1 > self._context_size:
             raise PromptTooLongError(len(token_ids), self._context_size)
         max_tokens = min(params.max_tokens, self._context_size - len(token_ids))
-        trt_params = self._trt.SamplingParams(**sampling_kwargs(params, max_tokens))
         try:
+            trt_params = self._trt.SamplingParams(**sampling_kwargs(params, max_tokens))
             output = self._llm.generate_async(token_ids, trt_params, streaming=True)
-        except (ValueError, TypeError) as exc:
-            raise EngineError(f"TensorRT-LLM refused the request: {exc}") from exc
-        except RuntimeError as exc:  # "LLM is shutting down" and the like
-            raise EngineUnavailableError(f"TensorRT-LLM cannot take requests: {exc}") from exc
+        except Exception as exc:
+            raise self._refusal(exc, len(token_ids)) from exc
         req = _Request(
             request_id=request_id,
             stream=EventStream(request_id, self.abort),
@@ -291,9 +414,9 @@ class TrtLlmEngine:
         )
         self._requests[request_id] = req
         self._submitted = True
-        req.task = asyncio.get_running_loop().create_task(
-            self._pump(req), name=f"trtllm-{request_id}"
-        )
+        req.task = loop.create_task(self._pump(req), name=f"trtllm-{request_id}")
+        self._pumps.add(req.task)
+        req.task.add_done_callback(self._pumps.discard)
         return req.stream
 
     def abort(self, request_id: str) -> None:
@@ -307,8 +430,7 @@ class TrtLlmEngine:
         req = self._requests.get(request_id)
         if req is None or req.aborted or req.stream.finished:
             return
-        req.aborted = True
-        self._abort_backend(req)
+        self._cancel(req)
         loop.call_later(ABORT_GRACE_S, self._abort_deadline, req)
 
     def stats(self) -> EngineStats:
@@ -318,6 +440,12 @@ class TrtLlmEngine:
         }
         if "iter_latency_ms" in self._backend_stats:
             extra["iter_latency_ms"] = self._backend_stats["iter_latency_ms"]
+        if "active" in self._backend_stats:
+            extra["trt_active_requests"] = self._backend_stats["active"]
+        if "used_blocks" in self._backend_stats:
+            extra["trt_kv_used_blocks"] = self._backend_stats["used_blocks"]
+        if self.in_process is not None:
+            extra["trt_in_process"] = float(self.in_process)
         return EngineStats(
             running=len(self._requests),
             waiting=int(self._backend_stats.get("queued", 0)),
@@ -342,11 +470,27 @@ class TrtLlmEngine:
         except Exception as exc:  # template errors come as jinja2 / ValueError / KeyError
             raise EngineError(f"cannot render the chat template: {exc}") from exc
 
+    def _refusal(self, exc: Exception, prompt_tokens: int) -> EngineError:
+        """What `generate_async` raised, as our error: a shut-down LLM is unavailable; anything
+        else is about this request (a 400)."""
+        executor = getattr(self._llm, "_executor", None)
+        shut_down = getattr(executor, "is_shutdown", None)
+        if (callable(shut_down) and shut_down()) or "shutting down" in str(exc):
+            self._accepting = False
+            log.error("TensorRT-LLM has shut down: %r", exc)
+            return EngineUnavailableError(f"TensorRT-LLM cannot take requests: {exc}")
+        if isinstance(exc, (ValueError, TypeError, self._request_error)) and _NO_ROOM.search(
+            str(exc)
+        ):
+            return PromptTooLongError(prompt_tokens, self._context_size)
+        return EngineError(f"TensorRT-LLM refused the request: {exc}")
+
     async def _pump(self, req: _Request) -> None:
         """Follow one TensorRT-LLM request to its end, turning its outputs into our events."""
         trt_reason: str | None = None
         try:
             async for out in req.output:
+                req.responses += 1
                 completion = out.outputs[0]
                 if out.finished:
                     trt_reason = completion.finish_reason
@@ -362,8 +506,9 @@ class TrtLlmEngine:
         else:
             self._finish_backend(req, trt_reason)
         finally:
-            self._finish_counts[trt_reason or "none"] += 1
-            self._requests.pop(req.request_id, None)
+            outcome = "stop_string" if req.stop_string else trt_reason or "unconfirmed"
+            self._finish_counts[outcome] += 1
+            self._release(req)
 
     def _take(self, req: _Request, token_ids: list[int], text: str) -> None:
         if token_ids:
@@ -375,7 +520,9 @@ class TrtLlmEngine:
         stable, stopped = req.detok.push(text) if text else ("", False)
         self._emit(req, stable)
         if stopped:
+            req.stop_string = True
             self._finish(req, FinishReason.STOP)
+            self._release(req)
             self._abort_backend(req)
 
     def _finish_backend(self, req: _Request, trt_reason: str | None) -> None:
@@ -395,6 +542,19 @@ class TrtLlmEngine:
             self._emit(req, req.detok.flush())
         self._finish(req, reason)
 
+    def _cancel(self, req: _Request) -> None:
+        """Stop or shutdown: ask TensorRT-LLM to cancel; a request it never answered may be in its
+        waiting queue, which drops it without a response, so it ends here and now."""
+        req.aborted = True
+        self._abort_backend(req)
+        if req.responses == 0:
+            self._finish(req, FinishReason.CANCELLED)
+            self._release(req)
+
+    def _release(self, req: _Request) -> None:
+        if self._requests.get(req.request_id) is req:
+            del self._requests[req.request_id]
+
     def _abort_backend(self, req: _Request) -> None:
         if req.abort_sent or req.output.finished:
             return
@@ -408,6 +568,8 @@ class TrtLlmEngine:
         if not req.stream.finished:
             log.warning("TensorRT-LLM did not confirm abort of %s in time", req.request_id)
             self._finish(req, FinishReason.CANCELLED)
+        if req.task is not None and not req.task.done():
+            req.task.cancel()  # nothing more will come for it (a request dropped while queued)
 
     @staticmethod
     def _emit(req: _Request, text: str) -> None:
@@ -432,12 +594,13 @@ class TrtLlmEngine:
     # -- stats ----------------------------------------------------------------------------------
 
     async def _poll_stats(self) -> None:
-        """Keep the latest iteration stats; best effort: a TensorRT-LLM without them gives 0s."""
+        """Keep the latest iteration stats, polling for as long as the engine runs once a request
+        has been made (TensorRT-LLM has none before): the last iterations before the executor goes
+        idle are the ones that show the queue and the KV cache emptied."""
         while True:
             await asyncio.sleep(STATS_POLL_S)
-            if self._llm is None or not (self._requests or self._submitted):
-                continue  # TensorRT-LLM has no stats before the first request
-            self._submitted = False
+            if self._llm is None or not self._submitted:
+                continue
             try:
                 async for stat in self._llm.get_stats_async(timeout=STATS_POLL_S):
                     self._record_stats(json.loads(stat) if isinstance(stat, str) else stat)
@@ -452,6 +615,7 @@ class TrtLlmEngine:
         fields = {
             "iter": stat.get("iter"),
             "iter_latency_ms": stat.get("iterLatencyMS"),
+            "active": stat.get("numActiveRequests"),
             "queued": stat.get("numQueuedRequests"),
             "used_blocks": kv.get("usedNumBlocks"),
             "max_blocks": kv.get("maxNumBlocks"),

@@ -1,13 +1,14 @@
-"""The TensorRT-LLM adapter against a FAKE `tensorrt_llm` (tests/engine/fake_tensorrt_llm.py).
+"""The TensorRT-LLM adapter against a FAKE `tensorrt_llm` (tests/fakes/tensorrt_llm/).
 
-TensorRT-LLM cannot run here (no GPU), so these tests check the adapter's use of the documented LLM
-API surface, which the fake mirrors; they say nothing about TensorRT-LLM itself. The real thing is
-exercised by bench/gpu_smoke.py on a GPU machine.
+TensorRT-LLM cannot run here (no GPU), so these tests check the adapter against the behaviour of
+TensorRT-LLM 1.x that the fake reproduces from its sources (each cited in the fake); they say
+nothing about TensorRT-LLM itself. The real thing is exercised by bench/gpu_smoke.py on a GPU.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -30,7 +31,11 @@ from app.engine.base import (
 )
 from app.engine.trtllm import SINGLE_PROCESS_ENV, TrtLlmEngine, TrtLlmUnavailableError
 from app.settings import EngineSettings
-from tests.engine import fake_tensorrt_llm as fake
+from tests.fakes import tensorrt_llm as fake
+from tests.fakes.tensorrt_llm import executor as fake_executor
+from tests.fakes.tensorrt_llm import llmapi as fake_llmapi
+from tests.fakes.tensorrt_llm.executor import utils as fake_executor_utils
+from tests.fakes.tensorrt_llm.llmapi import utils as fake_llmapi_utils
 
 SETTINGS = EngineSettings(kind="trtllm", context_size=512, max_seqs=8)
 USER = [{"role": "user", "content": "Say hello"}]
@@ -39,12 +44,27 @@ USER = [{"role": "user", "content": "Say hello"}]
 @pytest.fixture
 def fake_trt(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[fake.LLM]]:
     """Install the fake as `tensorrt_llm`; the env var the engine sets is restored afterwards."""
-    fake.LLM.reset()
-    monkeypatch.setitem(sys.modules, "tensorrt_llm", fake)
-    monkeypatch.setenv(SINGLE_PROCESS_ENV, "placeholder")
-    monkeypatch.delenv(SINGLE_PROCESS_ENV)
+    install_fake(monkeypatch)
     yield fake.LLM
     fake.LLM.reset()
+
+
+def install_fake(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import tensorrt_llm` (and its submodules the adapter uses) finds the fake, as in a fresh
+    process: nothing built yet, the worker-process variable unset and not yet read."""
+    fake.LLM.reset()
+    fake_llmapi.TorchLlmArgs.model_fields = dict.fromkeys(fake_llmapi.V1_0_FIELDS)
+    fake_llmapi_utils.enable_worker_single_process_for_tp1.cache_clear()
+    for name, module in {
+        "tensorrt_llm": fake,
+        "tensorrt_llm.executor": fake_executor,
+        "tensorrt_llm.executor.utils": fake_executor_utils,
+        "tensorrt_llm.llmapi": fake_llmapi,
+        "tensorrt_llm.llmapi.utils": fake_llmapi_utils,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setenv(SINGLE_PROCESS_ENV, "placeholder")
+    monkeypatch.delenv(SINGLE_PROCESS_ENV)
 
 
 @pytest.fixture
@@ -250,7 +270,8 @@ async def test_trtllm_adapter_against_fake_sets_worker_env_before_building(
     await eng.start()
     try:
         llm = the_llm()
-        assert llm.single_process_env == ("1" if in_process else "0")
+        assert llm.in_process is in_process
+        assert eng.stats().extra["trt_in_process"] == float(in_process)
         assert llm.built_on_thread is not threading.main_thread()  # the slow build is off-loop
         assert llm.kwargs["max_seq_len"] == SETTINGS.context_size
         assert llm.kwargs["max_batch_size"] == SETTINGS.max_seqs
@@ -260,44 +281,90 @@ async def test_trtllm_adapter_against_fake_sets_worker_env_before_building(
         await eng.shutdown()
 
 
-async def test_trtllm_adapter_against_fake_builds_without_stats_on_older_versions(
-    fake_trt: type[fake.LLM],
+def test_trtllm_worker_process_is_the_default() -> None:
+    """TensorRT-LLM warns that its single-process worker "may hurt streaming generation
+    performance" (executor/executor.py): the worker process is the default."""
+    assert EngineSettings().trtllm_in_process is False
+
+
+async def test_trtllm_adapter_against_fake_worker_mode_is_read_once_per_process(
+    fake_trt: type[fake.LLM], caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake_trt.reject_kwargs = frozenset({"enable_iter_perf_stats"})
-    eng = TrtLlmEngine(replace(SETTINGS, model_path="/models/my-engine"))
-    await eng.start()
+    """llmapi/utils.py caches TLLM_WORKER_USE_SINGLE_PROCESS: a second engine in the same process
+    asking for the other mode does not get it, and must say so rather than pretend."""
+    first = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=True))
+    await first.start()
+    await first.shutdown()
+    second = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=False))
+    with caplog.at_level(logging.WARNING, logger="app.engine.trtllm"):
+        await second.start()
     try:
-        assert "enable_iter_perf_stats" not in the_llm().kwargs
-        assert the_llm().model == "/models/my-engine" and eng.model_name == "my-engine"
-        _, _, fin = await collect(eng.generate("r", USER, SamplingParams()))
-        assert fin.reason is FinishReason.STOP
+        assert fake.LLM.instances[1].in_process is True  # what TensorRT-LLM really does
+        assert second.stats().extra["trt_in_process"] == 1.0  # what we report
+        assert "has no effect" in caplog.text
+    finally:
+        await second.shutdown()
+
+
+@pytest.mark.parametrize("version", ["0.21.0", "0.20.0rc3"])
+async def test_trtllm_adapter_against_fake_refuses_versions_before_1_0(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    """Before 1.0, `tensorrt_llm.LLM` is the TensorRT-engine backend: refused with a clear error
+    instead of being built (the old adapter retried without unknown arguments and hid it)."""
+    monkeypatch.setattr(fake, "__version__", version)
+    eng = TrtLlmEngine(SETTINGS)
+    with pytest.raises(TrtLlmUnavailableError, match=r"1\.0 or newer"):
+        await eng.start()
+    assert fake_trt.instances == []
+
+
+async def test_trtllm_adapter_against_fake_logs_version_backend_and_sampler(
+    fake_trt: type[fake.LLM], caplog: pytest.LogCaptureFixture
+) -> None:
+    eng = TrtLlmEngine(SETTINGS)
+    with caplog.at_level(logging.INFO, logger="app.engine.trtllm"):
+        await eng.start()
+    try:
+        assert "1.0.0+fake: pytorch backend, TRTLLMSampler" in caplog.text
+        assert "worker process" in caplog.text
     finally:
         await eng.shutdown()
 
 
-async def test_trtllm_adapter_against_fake_reports_kv_from_iteration_stats(
-    engine: TrtLlmEngine, fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
+async def test_trtllm_adapter_against_fake_reports_queue_and_kv_from_iteration_stats(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """More requests than max_batch_size: iteration stats show the queue and the KV blocks in use
+    while they run, and, polled on after the last one ends, an empty queue and cache: stats do
+    not go stale between submissions (the old adapter stopped polling when idle and kept the
+    last figures it had read)."""
+    monkeypatch.setattr("app.engine.trtllm.STATS_POLL_S", 0.01)
+    engine = TrtLlmEngine(SETTINGS)
+    await engine.start()
     stats = engine.stats()
     assert (stats.running, stats.waiting, stats.kv_used, stats.kv_total) == (0, 0, 0, 0)
-    fake_trt.stats = [
-        {
-            "iter": 41,
-            "iterLatencyMS": 7.5,
-            "numActiveRequests": 1,
-            "numQueuedRequests": 2,
-            "kvCacheStats": {"usedNumBlocks": 3, "maxNumBlocks": 100, "tokensPerBlock": 32},
-        }
-    ]
-    monkeypatch.setattr("app.engine.trtllm.STATS_POLL_S", 0.01)
-    await collect(engine.generate("r", USER, SamplingParams()))  # stats exist after a request
+    fake_trt.script = ["tok "] * 150
+    streams = [engine.generate(f"r{i}", USER, SamplingParams(max_tokens=150)) for i in range(12)]
+    peak_waiting = peak_kv = 0
+    collecting = asyncio.gather(*(collect(s) for s in streams))
+    while not collecting.done():
+        peak_waiting = max(peak_waiting, engine.stats().waiting)
+        peak_kv = max(peak_kv, engine.stats().kv_used)
+        await asyncio.sleep(0.005)
+    await collecting
+    assert peak_waiting == 12 - SETTINGS.max_seqs  # 4 waited for a slot
+    assert peak_kv > 0
     for _ in range(200):
-        if engine.stats().kv_total:
+        if engine.stats().kv_used == 0 and engine.stats().waiting == 0:
             break
         await asyncio.sleep(0.01)
     stats = engine.stats()
-    assert (stats.waiting, stats.kv_used, stats.kv_total, stats.steps) == (2, 96, 3200, 41)
-    assert stats.extra["iter_latency_ms"] == 7.5
+    assert (stats.running, stats.waiting, stats.kv_used) == (0, 0, 0)
+    assert stats.kv_total == fake.MAX_BLOCKS * fake.TOKENS_PER_BLOCK
+    assert stats.steps >= 2 * 150  # two rounds of the batch
+    assert stats.extra["trt_active_requests"] == 0
+    await engine.shutdown()
 
 
 async def test_trtllm_adapter_against_fake_refuses_bad_input_eagerly(
@@ -333,7 +400,7 @@ async def test_trtllm_adapter_against_fake_not_started_and_shutdown(
     await eng.shutdown()
     results = await asyncio.gather(*(collect(s) for s in streams))
     assert [fin.reason for _, _, fin in results] == [FinishReason.CANCELLED] * 3
-    assert the_llm().is_shutdown
+    assert the_llm()._executor.is_shutdown()
     assert eng.stats().running == 0
     with pytest.raises(EngineUnavailableError):
         eng.generate("late", USER, SamplingParams())
@@ -360,3 +427,270 @@ async def test_trtllm_adapter_import_failure_at_start_is_clear(
     monkeypatch.setitem(sys.modules, "tensorrt_llm", None)  # ... but is gone when it starts
     with pytest.raises(TrtLlmUnavailableError, match=r"pypi\.nvidia\.com"):
         await eng.start()
+
+
+# -- TensorRT-LLM 1.x as its sources show it behaves (each fails against the adapter before #8) --
+
+
+async def run_until_tokens(stream: AsyncIterator[EngineEvent], count: int) -> list[TextDelta]:
+    deltas: list[TextDelta] = []
+    while sum(len(d.token_ids) for d in deltas) < count:
+        event = await anext(stream)
+        assert isinstance(event, TextDelta), event
+        deltas.append(event)
+    return deltas
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected_kwargs", "sampler"),
+    [
+        (  # 1.0: TorchSampler's batch-wide greedy fast path unless a sampler option is set
+            fake_llmapi.V1_0_FIELDS,
+            {"enable_trtllm_sampler": True},
+            "TRTLLMSampler",
+        ),
+        (  # a version with sampler_type that still has the fast path: the TRTLLM sampler
+            (fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler"}) | {"sampler_type"},
+            {"sampler_type": "TRTLLMSampler"},
+            "TRTLLMSampler",
+        ),
+        (  # the fast path, and no way to pick the TRTLLM sampler: the mixed TorchSampler
+            fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler"},
+            {"enable_mixed_sampler": True},
+            "TorchSampler",
+        ),
+        (  # 1.1+: sampler_type; TorchSampler samples each request its own way
+            (fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler", "enable_mixed_sampler"})
+            | {"sampler_type"},
+            {"sampler_type": "TorchSampler"},
+            "TorchSampler",
+        ),
+        (  # newest: TorchSampler is the only sampler, no field to set
+            fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler", "enable_mixed_sampler"},
+            {},
+            "TorchSampler",
+        ),
+    ],
+)
+async def test_trtllm_adapter_against_fake_applies_each_requests_sampling(
+    fake_trt: type[fake.LLM],
+    fields: frozenset[str],
+    expected_kwargs: dict[str, object],
+    sampler: str,
+) -> None:
+    """Defect 1: on 1.0 the LLM must be built with a sampler that honours temperature/top-p/top-k
+    (the fake, like 1.0's TorchSampler, decodes greedily otherwise); the field differs by version."""
+    fake_llmapi.TorchLlmArgs.model_fields = dict.fromkeys(fields)
+    eng = TrtLlmEngine(SETTINGS)
+    await eng.start()
+    try:
+        llm = the_llm()
+        for key, value in expected_kwargs.items():
+            assert llm.kwargs[key] == value
+        assert not {"enable_trtllm_sampler", "sampler_type"} & (
+            set(llm.kwargs) - set(expected_kwargs)
+        )
+        assert llm.sampler == sampler
+        assert eng.sampler is not None and eng.sampler.startswith(sampler)
+        warm = SamplingParams(temperature=0.8)
+        outputs = []
+        for i, params in enumerate([warm, warm, replace(warm, seed=5), replace(warm, seed=5)]):
+            _, deltas, _ = await collect(eng.generate(f"s{i}", USER, params))
+            outputs.append([t for d in deltas for t in d.token_ids])
+        assert outputs[0] != outputs[1]  # sampled: two unseeded replies differ
+        assert outputs[2] == outputs[3]  # one seed, one reply
+        _, deltas, _ = await collect(eng.generate("g", USER, SamplingParams(temperature=0)))
+        assert not llm.requests[-1].sampled  # greedy stays greedy
+        assert all(r.sampled for r in llm.requests[:-1])
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_stop_of_a_queued_request_ends_it_at_once(
+    engine: TrtLlmEngine, fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 2: a request still in the executor's waiting queue (more requests than
+    max_batch_size) is dropped on cancel with no response at all (py_executor.py
+    `_handle_canceled_requests`). Stop must end it `cancelled` at once, with no tokens, and free
+    its entry; the old adapter waited for a response that never came (ABORT_GRACE_S, made an
+    hour here so that waiting shows as a hang)."""
+    monkeypatch.setattr("app.engine.trtllm.ABORT_GRACE_S", 3600.0)
+    fake_trt.script = ["tok "] * 100_000
+    running = [
+        engine.generate(f"r{i}", USER, SamplingParams(max_tokens=100_000))
+        for i in range(SETTINGS.max_seqs)
+    ]
+    queued = engine.generate("queued", USER, SamplingParams(max_tokens=100_000))
+    for stream in running:
+        await run_until_tokens(stream, 1)
+    assert len(the_llm().waiting) == 1  # really queued
+    assert engine.stats().running == SETTINGS.max_seqs + 1
+    engine.abort("queued")
+    _, deltas, fin = await asyncio.wait_for(collect(queued), timeout=30)
+    assert (deltas, fin.reason, fin.completion_tokens) == ([], FinishReason.CANCELLED, 0)
+    assert fin.first_token_at is None
+    assert engine.stats().running == SETTINGS.max_seqs  # its entry is gone
+    assert the_llm().requests[-1].abort_calls == 1
+    assert not the_llm().waiting
+    for stream in running:  # the running ones are untouched, and still stream
+        await run_until_tokens(stream, 5)
+    for i in range(SETTINGS.max_seqs):
+        engine.abort(f"r{i}")
+    results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in running)), timeout=30)
+    assert {fin.reason for _, _, fin in results} == {FinishReason.CANCELLED}
+    assert engine.stats().running == 0
+
+
+async def test_trtllm_adapter_against_fake_shutdown_with_queued_requests_does_not_hang(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shutdown with replies in flight, some never scheduled: all end `cancelled` without
+    waiting out the abort grace for responses that the queued ones will never get."""
+    monkeypatch.setattr("app.engine.trtllm.ABORT_GRACE_S", 3600.0)
+    eng = TrtLlmEngine(SETTINGS)
+    await eng.start()
+    fake_trt.script = ["tok "] * 100_000
+    streams = [eng.generate(f"r{i}", USER, SamplingParams(max_tokens=100_000)) for i in range(11)]
+    await run_until_tokens(streams[0], 3)
+    await asyncio.wait_for(eng.shutdown(), timeout=30)
+    results = await asyncio.gather(*(collect(s) for s in streams))
+    assert [fin.reason for _, _, fin in results] == [FinishReason.CANCELLED] * 11
+    assert [fin.completion_tokens for _, _, fin in results][SETTINGS.max_seqs :] == [0] * 3
+    assert eng.stats().running == 0
+
+
+async def test_trtllm_adapter_against_fake_request_errors_are_bad_requests(
+    engine: TrtLlmEngine, fake_trt: type[fake.LLM]
+) -> None:
+    """Defect 3: what the worker refuses for one request is `RequestError`, a RuntimeError
+    (executor/utils.py, base_worker.py `_enqueue_request`): a 400 (EngineError), not "engine
+    unavailable"; the engine keeps serving."""
+    fake_trt.reject_next = "Failed to load LoRA adapter: no such adapter"
+    with pytest.raises(EngineError) as info:
+        engine.generate("r", USER, SamplingParams())
+    assert not isinstance(info.value, EngineUnavailableError)
+    assert "Failed to load LoRA adapter" in str(info.value)
+    text, _, fin = await collect(engine.generate("r", USER, SamplingParams()))
+    assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+async def test_trtllm_adapter_against_fake_checks_prompts_against_the_executors_limit(
+    fake_trt: type[fake.LLM], in_process: bool
+) -> None:
+    """Defects 3 and 6: the model engine may lower max_seq_len (base_worker.py). In-process the
+    adapter reads the executor's limit and refuses a prompt over it itself; with a worker process
+    (whose limit this process cannot see) TensorRT-LLM's `_deduce_max_tokens` refuses it with a
+    RequestError, which must still be PromptTooLongError (a 400), not "unavailable"."""
+    fake_trt.executor_max_seq_len = 100
+    eng = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=in_process))
+    await eng.start()
+    try:
+        long_prompt = [{"role": "user", "content": "x" * 150}]
+        with pytest.raises(PromptTooLongError) as info:
+            eng.generate("long", long_prompt, SamplingParams())
+        assert not isinstance(info.value, EngineUnavailableError)
+        if in_process:
+            assert eng.context_size == info.value.context_size == 100
+            assert the_llm().requests == []  # refused before it reached TensorRT-LLM
+        _, _, fin = await collect(eng.generate("ok", USER, SamplingParams()))
+        assert fin.reason is FinishReason.STOP
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_cuts_max_tokens_to_the_executors_limit(
+    fake_trt: type[fake.LLM],
+) -> None:
+    """Defect 3, the project's answer to TensorRT-LLM shortening max_tokens on its own
+    (base_worker.py `_deduce_max_tokens`, a warning only): we cut it ourselves against the limit
+    the executor reports, so the reply ends `length` when the context is full (as on llama.cpp)
+    and TensorRT-LLM never has to shorten anything behind our back."""
+    fake_trt.executor_max_seq_len = 100
+    fake_trt.script = ["tok "] * 1000
+    eng = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=True))
+    await eng.start()
+    try:
+        prompt = the_llm().tokenizer.encode(  # type: ignore[union-attr]
+            the_llm().tokenizer.apply_chat_template(
+                USER, tokenize=False, add_generation_prompt=True
+            ),  # type: ignore[union-attr]
+            add_special_tokens=False,
+        )
+        _, _, fin = await collect(eng.generate("r", USER, SamplingParams(max_tokens=256)))
+        assert fin.reason is FinishReason.LENGTH
+        assert fin.completion_tokens == 100 - len(prompt)
+        assert the_llm().requests[0].sampling_params.max_tokens == 100 - len(prompt)
+        assert the_llm().warnings == []  # TensorRT-LLM did not have to shorten it
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_needs_the_event_loop_before_submitting(
+    engine: TrtLlmEngine,
+) -> None:
+    """Defect 6: without a running loop TensorRT-LLM's result cannot be iterated
+    (executor/result.py); the loop is looked up before anything is submitted, so such a call
+    leaves no orphan request inside TensorRT-LLM."""
+    with pytest.raises(RuntimeError):
+        await asyncio.to_thread(engine.generate, "r", USER, SamplingParams())
+    assert the_llm().requests == []
+    assert engine.stats().running == 0
+
+
+async def test_trtllm_adapter_against_fake_responses_with_several_tokens(
+    engine: TrtLlmEngine, fake_trt: type[fake.LLM]
+) -> None:
+    """A response may carry several tokens (stream_interval, speculative decoding): all are
+    counted, and a stop string inside one ends the reply there."""
+    fake_trt.response_tokens = 3
+    fake_trt.script = ["a", "b", "c", "d", "e", "f", "g"]
+    text, deltas, fin = await collect(engine.generate("r", USER, SamplingParams()))
+    assert text == "abcdefg"
+    assert [len(d.token_ids) for d in deltas] == [3, 3, 1]
+    assert fin.completion_tokens == 7
+    fake_trt.script = ["Hi", " X", "YZ", " never"] + ["x"] * 100
+    text, _, fin = await collect(engine.generate("s", USER, SamplingParams(stop=("XY",))))
+    assert (text, fin.reason, fin.completion_tokens) == ("Hi ", FinishReason.STOP, 3)
+
+
+async def test_trtllm_adapter_against_fake_stop_string_is_not_counted_as_cancelled(
+    engine: TrtLlmEngine, fake_trt: type[fake.LLM]
+) -> None:
+    """Defect 6: ending a request on a stop string aborts it inside TensorRT-LLM, which then
+    reports "cancelled"; the engine's own counts must say stop_string."""
+    fake_trt.script = ["Hi", " there", "\n\nUser:", " more"] + ["x"] * 1000
+    _, _, fin = await collect(engine.generate("r", USER, SamplingParams(stop=("\n\nUser:",))))
+    assert fin.reason is FinishReason.STOP
+    for _ in range(200):
+        if engine.stats().extra.get("trt_finish_stop_string"):
+            break
+        await asyncio.sleep(0.005)
+    extra = engine.stats().extra
+    assert extra["trt_finish_stop_string"] == 1.0
+    assert "trt_finish_cancelled" not in extra
+
+
+async def test_trtllm_adapter_against_fake_background_error_shuts_the_engine_down(
+    engine: TrtLlmEngine, fake_trt: type[fake.LLM]
+) -> None:
+    """A failure in the executor loop gives every active request an error response; the next
+    submission raises the error and shuts the LLM down (executor.py `_handle_background_error`),
+    and every later one gets "LLM is shutting down": the stream ends `error`, and each later
+    request is "unavailable" (503), however the error is typed."""
+    fake_trt.script = ["tok "] * 10_000
+    fake_trt.fail_after = 5
+    _, _, fin = await collect(engine.generate("r", USER, SamplingParams(max_tokens=10_000)))
+    assert fin.reason is FinishReason.ERROR and fin.error and "fake executor died" in fin.error
+    for _ in range(2):
+        with pytest.raises(EngineUnavailableError):
+            engine.generate("late", USER, SamplingParams())
+    assert len(the_llm().requests) == 1
+    assert engine.stats().running == 0
+
+
+async def test_trtllm_adapter_against_fake_owner_is_accepted(engine: TrtLlmEngine) -> None:
+    """The contract's `owner` key: TensorRT-LLM schedules requests itself, so it is accepted and
+    changes nothing here."""
+    text, _, fin = await collect(engine.generate("r", USER, SamplingParams(), owner="user-1"))
+    assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)

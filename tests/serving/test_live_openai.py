@@ -1,5 +1,6 @@
 """The OpenAI-compatible `/v1` API, driven by the official `openai` package, against a real server
-and the real SmolLM2 model (ENGINE=llamacpp), on SQLite and PostgreSQL.
+and the real SmolLM2 model (ENGINE=llamacpp), on SQLite and PostgreSQL; and the same over the
+TensorRT-LLM adapter on the FAKE `tensorrt_llm` (ENGINE=trtllm, no GPU here).
 
 Each completion is stored like a page reply (conversation source `api`); the tests read those rows
 straight from the database, since the API does not return their ids.
@@ -18,6 +19,13 @@ from tests.live_server import LiveServer, PageClient, query, uuid_text
 
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 3}
 STORY = [{"role": "user", "content": "Write a long story about a dragon."}]
+
+
+@pytest.fixture(scope="module", params=["llamacpp", "trtllm-fake"])
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """Real SmolLM2 on llama.cpp, and the TensorRT-LLM adapter over the FAKE `tensorrt_llm`
+    (tests/fakes/tensorrt_llm/: TensorRT-LLM needs a GPU)."""
+    return request.param
 
 
 def api_replies(database_url: str) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The page's SSE stream against a real server and the real SmolLM2 model (ENGINE=llamacpp).
+"""The page's SSE stream against a real server and the real SmolLM2 model (ENGINE=llamacpp), and
+the same over the TensorRT-LLM adapter on the FAKE `tensorrt_llm` (ENGINE=trtllm, no GPU here).
 
 These are the behaviours that only mean something with a real model behind them: deltas that arrive
 while the model is still decoding, Stop landing mid-decode with the engine freed, a dropped client
@@ -15,12 +16,20 @@ from itertools import islice
 from typing import Any
 
 import httpx_sse
+import pytest
 
 from tests.live_server import PageClient, PageStream, SseEvent, SseReader, read_stream
 
 PAGE_GRACE_S = 2.0  # BASE_ENV's PAGE_GRACE_S
 STORY = "Write a long story about a dragon."  # SmolLM2 goes on and on at temperature 0
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 7}
+
+
+@pytest.fixture(scope="module", params=["llamacpp", "trtllm-fake"])
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """Real SmolLM2 on llama.cpp, and the TensorRT-LLM adapter over the FAKE `tensorrt_llm`
+    (tests/fakes/tensorrt_llm/: TensorRT-LLM needs a GPU)."""
+    return request.param
 
 
 def take_deltas(reader: SseReader, record: PageStream, count: int) -> None:

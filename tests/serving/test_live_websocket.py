@@ -27,9 +27,11 @@ LONG = "[[synthetic:tokens=100000]] Tell me everything."
 PAGE_GRACE_S = 2.0  # BASE_ENV's PAGE_GRACE_S
 
 
-@pytest.fixture(scope="module")
-def engine_kind() -> str:
-    return "synthetic"
+@pytest.fixture(scope="module", params=["synthetic", "trtllm-fake"])
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    """The synthetic engine, and the TensorRT-LLM adapter over the FAKE `tensorrt_llm`
+    (tests/fakes/tensorrt_llm/: TensorRT-LLM needs a GPU)."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
