@@ -28,6 +28,7 @@ from app.engine.base import SamplingParams
 from app.streaming.events import Delta, Final
 from app.streaming.framing import OpenAIChunks, openai_completion
 from app.web.auth import api_key_user, services_of
+from app.web.client_input import TOO_DEEP, text_problem
 from app.web.sse import sse_response
 
 ROLES = {"system", "user", "assistant"}
@@ -37,6 +38,19 @@ class OpenAIError(HTTPException):
     def __init__(self, message: str, status_code: int = 400, **fields: Any) -> None:
         super().__init__(detail=message, status_code=status_code)
         self.fields = fields
+
+
+def _decode_body(raw: bytes) -> ChatCompletionRequest:
+    """The request, or an OpenAIError (400) saying what is wrong with it."""
+    try:
+        body = msgspec.json.decode(raw, type=ChatCompletionRequest)
+    except msgspec.DecodeError as exc:  # malformed JSON, wrong types, lone surrogates
+        raise OpenAIError(f"invalid request body: {exc}") from exc
+    except RecursionError as exc:  # msgspec does not call this a DecodeError
+        raise OpenAIError(f"invalid request body: {TOO_DEEP}") from exc
+    if (problem := text_problem(msgspec.to_builtins(body))) is not None:
+        raise OpenAIError(f"invalid request body: {problem}")
+    return body
 
 
 def _params(body: ChatCompletionRequest, context_size: int, default_max: int) -> SamplingParams:
@@ -83,10 +97,7 @@ def _messages(body: ChatCompletionRequest, max_chars: int) -> list[dict[str, str
 @post("/chat/completions", status_code=200)
 async def chat_completions(request: Request, user: User) -> Response[Any] | Stream:
     services = services_of(request)
-    try:
-        body = msgspec.json.decode(await request.body(), type=ChatCompletionRequest)
-    except msgspec.DecodeError as exc:
-        raise OpenAIError(f"invalid request body: {exc}") from exc
+    body = _decode_body(await request.body())  # a client that leaves meanwhile: a quiet 499
     if body.model != services.engine.model_name:
         raise OpenAIError(
             f"the model {body.model!r} does not exist; GET /v1/models lists the models",
