@@ -131,9 +131,12 @@ async def start_reply(
     params: SamplingParams,
     **kwargs: Any,
 ) -> Generation:
-    """Start a reply, turning engine refusals into clear HTTP errors."""
+    """Start a reply, turning engine refusals into clear HTTP errors (and a conversation deleted
+    meanwhile, by a racing DELETE, into the 404 it would have got a moment later)."""
     try:
         return await replies.start(user.id, conversation, content, params, **kwargs)
+    except service.ConversationNotFoundError as exc:
+        raise NotFoundException("no such conversation") from exc
     except EngineUnavailableError as exc:
         raise ClientException(str(exc), status_code=503) from exc
     except EngineError as exc:
@@ -215,12 +218,15 @@ class ConversationController(Controller):
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
     async def remove(self, request: Request, user: User, conversation_id: UUID) -> None:
         services = services_of(request)
-        for generation in services.manager.live():  # stop what it is still generating
+        deleted = await service.delete_conversation(services.sessions, user.id, conversation_id)
+        # Then stop what it is still generating: after the delete, so that a reply whose turn a
+        # racing send wrote just before it is stopped too (its final write finds no row: a no-op).
+        for generation in services.manager.live():
             if generation.conversation_id == str(conversation_id) and generation.user_id == str(
                 user.id
             ):
                 generation.cancel(CancelCause.USER)
-        if not await service.delete_conversation(services.sessions, user.id, conversation_id):
+        if not deleted:
             raise NotFoundException("no such conversation")
 
     @post("/{conversation_id:uuid}/messages", status_code=200)

@@ -26,7 +26,7 @@ from typing import Any
 from uuid import UUID
 
 from advanced_alchemy.types import DateTimeUTC
-from sqlalchemy import Select, delete, func, literal, select, update
+from sqlalchemy import Select, case, delete, func, literal, select, update
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
@@ -233,15 +233,30 @@ async def add_turn(
     The reply is stamped one microsecond after the question so that ordering by `created_at` is
     total even on a coarse clock. Raises `ConversationNotFoundError`; ownership is the caller's
     business (it got the conversation from `get_conversation`).
+
+    The transaction starts with a conditional UPDATE of the conversation, never a read: a DELETE
+    racing it then either waits for this transaction (PostgreSQL's row lock; SQLite's write lock,
+    taken by the first write) and removes the new rows with the conversation, or commits first and
+    leaves nothing to update (ConversationNotFoundError). Reading first would let the DELETE slip
+    in between: a foreign-key violation or a stale UPDATE on PostgreSQL, a stale read snapshot
+    ("database is locked") on SQLite.
     """
     now = utcnow()
+    title = Conversation.title
+    if title_if_untitled:  # a new chat names itself
+        title = case(
+            (Conversation.title == DEFAULT_TITLE, clean_title(title_if_untitled)),
+            else_=Conversation.title,
+        )
     async with transaction(sessions) as session:
-        conversation = await session.get(Conversation, conversation_id)
-        if conversation is None:
+        touched = await session.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation_id)
+            .values(updated_at=now, title=title)
+            .execution_options(synchronize_session=False)
+        )
+        if touched.rowcount == 0:
             raise ConversationNotFoundError(conversation_id)
-        conversation.updated_at = now
-        if title_if_untitled and conversation.title == DEFAULT_TITLE:  # a new chat names itself
-            conversation.title = clean_title(title_if_untitled)
         user_message = Message(
             conversation_id=conversation_id,
             role=MessageRole.USER,
