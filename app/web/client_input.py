@@ -90,7 +90,9 @@ class SafeRequest(Request):
             # litestar/connection/request.py, Request.stream: the one InternalServerException it
             # raises is on `http.disconnect` mid-body ("client disconnected prematurely"). That is
             # the client's doing, not a server error: answer 499 (nobody reads it), log one line.
-            log.info("%s %s: the client left while its body was being read", self.method, self.url.path)
+            log.info(
+                "%s %s: the client left while its body was being read", self.method, self.url.path
+            )
             raise ClientDisconnectedError() from exc
 
     async def json(self) -> Any:

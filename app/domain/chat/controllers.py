@@ -6,13 +6,14 @@ Every lookup is scoped to the logged-in user; another user's ids answer 404, lik
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import Provide
 from litestar.exceptions import ClientException, NotFoundException
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
@@ -30,6 +31,25 @@ from app.web.auth import current_user, services_of
 from app.web.services import Services
 from app.web.sse import sse_response
 
+
+class ServerSentEvent(msgspec.Struct):
+    """One event of a reply's stream; `data` is its JSON payload, `id` the character offset."""
+
+    event: Literal["start", "delta", "final", "error"]
+    id: str
+    data: str
+
+
+EVENT_STREAM_RESPONSE = {
+    200: ResponseSpec(
+        ServerSentEvent,
+        media_type="text/event-stream",
+        description="the reply, as server-sent events (the schema is each event's)",
+        generate_examples=False,
+    )
+}
+"""The streaming endpoints' success, for the OpenAPI document. (Not the handler's `media_type`:
+Litestar would send their JSON errors with it too.)"""
 CANCEL_WAIT_S = 5.0
 """How long POST .../cancel waits for the reply's end to be saved before answering."""
 
@@ -229,7 +249,7 @@ class ConversationController(Controller):
         if not deleted:
             raise NotFoundException("no such conversation")
 
-    @post("/{conversation_id:uuid}/messages", status_code=200)
+    @post("/{conversation_id:uuid}/messages", status_code=200, responses=EVENT_STREAM_RESPONSE)
     async def send(
         self, request: Request, user: User, conversation_id: UUID, data: SendMessage
     ) -> Stream:
@@ -261,7 +281,7 @@ class MessageController(Controller):
         except NotFoundError as exc:
             raise NotFoundException("no such message") from exc
 
-    @get("/{message_id:uuid}/stream")
+    @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE)
     async def resume(
         self,
         request: Request,
@@ -280,7 +300,7 @@ class MessageController(Controller):
         )
         return sse_response(events, functools.partial(page_sse, message_id=str(message_id)))
 
-    @post("/{message_id:uuid}/regenerate", status_code=200)
+    @post("/{message_id:uuid}/regenerate", status_code=200, responses=EVENT_STREAM_RESPONSE)
     async def regenerate(
         self, request: Request, user: User, message_id: UUID, data: ReplyOptions | None = None
     ) -> Stream:

@@ -14,43 +14,34 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Stream
 
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.controllers import start_reply
-from app.domain.openai.schemas import ChatCompletionRequest, openai_error
+from app.domain.openai.schemas import ChatCompletionRequest, OpenAIErrorBody, openai_error
 from app.engine.base import SamplingParams
 from app.streaming.events import Delta, Final
 from app.streaming.framing import OpenAIChunks, openai_completion
 from app.web.auth import api_key_user, services_of
-from app.web.client_input import TOO_DEEP, text_problem
 from app.web.sse import sse_response
 
 ROLES = {"system", "user", "assistant"}
 
 
 class OpenAIError(HTTPException):
+    # A client error unless told otherwise. Litestar decides whether to log a traceback from the
+    # exception's class attribute (litestar/middleware/_internal/exceptions/middleware.py,
+    # handle_exception_logging), so the default must not be HTTPException's 500.
+    status_code = 400
+
     def __init__(self, message: str, status_code: int = 400, **fields: Any) -> None:
         super().__init__(detail=message, status_code=status_code)
         self.fields = fields
-
-
-def _decode_body(raw: bytes) -> ChatCompletionRequest:
-    """The request, or an OpenAIError (400) saying what is wrong with it."""
-    try:
-        body = msgspec.json.decode(raw, type=ChatCompletionRequest)
-    except msgspec.DecodeError as exc:  # malformed JSON, wrong types, lone surrogates
-        raise OpenAIError(f"invalid request body: {exc}") from exc
-    except RecursionError as exc:  # msgspec does not call this a DecodeError
-        raise OpenAIError(f"invalid request body: {TOO_DEEP}") from exc
-    if (problem := text_problem(msgspec.to_builtins(body))) is not None:
-        raise OpenAIError(f"invalid request body: {problem}")
-    return body
 
 
 def _params(body: ChatCompletionRequest, context_size: int, default_max: int) -> SamplingParams:
@@ -94,10 +85,32 @@ def _messages(body: ChatCompletionRequest, max_chars: int) -> list[dict[str, str
     return out
 
 
-@post("/chat/completions", status_code=200)
-async def chat_completions(request: Request, user: User) -> Response[Any] | Stream:
+ERRORS = {
+    400: "an invalid request (the message says what is wrong)",
+    401: "no API key, or one that is not valid",
+    404: "no such model",
+}
+
+
+@post(
+    "/chat/completions",
+    status_code=200,
+    responses={
+        status: ResponseSpec(OpenAIErrorBody, description=description)
+        for status, description in ERRORS.items()
+    },
+)
+async def chat_completions(
+    request: Request, user: User, data: ChatCompletionRequest
+) -> Response[Any] | Stream:
+    """A chat completion, as JSON or (`stream: true`) as server-sent events, like OpenAI's.
+
+    The body is decoded by Litestar through the app's SafeRequest (app/web/client_input.py): bad
+    JSON, JSON nested too deeply and text that cannot be stored are 400s in OpenAI's shape (see
+    `_error_response`), and a client that leaves mid-body is a quiet 499.
+    """
     services = services_of(request)
-    body = _decode_body(await request.body())  # a client that leaves meanwhile: a quiet 499
+    body = data
     if body.model != services.engine.model_name:
         raise OpenAIError(
             f"the model {body.model!r} does not exist; GET /v1/models lists the models",
@@ -175,7 +188,7 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-@get("/models")
+@get("/models", responses={401: ResponseSpec(OpenAIErrorBody, description=ERRORS[401])})
 async def list_models(request: Request, user: User) -> dict[str, Any]:
     model = services_of(request).engine.model_name
     return {
