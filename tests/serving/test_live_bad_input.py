@@ -424,22 +424,28 @@ def api_key(world: World) -> str:
 
 
 @pytest.mark.parametrize(
-    ("body", "word"),
+    ("body", "status", "word"),
     [
         (  # an unknown field (ignored, but still decoded)
             b'{"model": "m", "messages": [], "x": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+            400,
             "nested too deeply",
         ),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800 hi"}]}', "surrogate"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "hi \\u0000"}]}', "nul"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800 hi"}]}',
+            400,
+            "surrogate",
+        ),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "hi \\u0000"}]}', 400, "nul"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', 404, "does not exist"),
     ],
-    ids=["deeply-nested", "lone-surrogate", "nul-character"],
+    ids=["deeply-nested", "lone-surrogate", "nul-character", "unknown-model"],
 )
-def test_bad_bodies_on_v1_are_400s_in_openais_shape(
-    server: LiveServer, api_key: str, live_database_url: str, body: bytes, word: str
+def test_bad_bodies_on_v1_are_4xx_in_openais_shape(
+    server: LiveServer, api_key: str, live_database_url: str, body: bytes, status: int, word: str
 ) -> None:
-    """Each is refused with a 400 in OpenAI's error shape that names the problem; nothing is
-    written."""
+    """Each is refused with a 4xx in OpenAI's error shape that names the problem, nothing is
+    written, and the server logs no traceback (a client's mistake is not an uncaught error)."""
     before = row_counts(live_database_url)
     response = httpx.post(
         f"{server.url}/v1/chat/completions",
@@ -447,10 +453,12 @@ def test_bad_bodies_on_v1_are_400s_in_openais_shape(
         headers={"authorization": f"Bearer {api_key}", "content-type": "application/json"},
         timeout=30,
     )
-    assert response.status_code == 400, response.text
+    assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and word in error["message"].lower(), error
     assert row_counts(live_database_url) == before
+    log = server.log_since_mark()
+    assert "Traceback" not in log and "Uncaught exception" not in log, log
 
 
 # -- a client that leaves while its body is being read --------------------------------------------
