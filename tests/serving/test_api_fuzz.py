@@ -37,7 +37,10 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.python import asgi
 from schemathesis.schemas import APIOperation
-from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.specs.openapi.checks import (
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from app.db.migrate import upgrade_database_async
 from app.settings import EngineSettings, Settings
@@ -47,6 +50,9 @@ from tests.live_server import TEST_PASSWORD, throwaway_database
 MAX_EXAMPLES = 25
 CHECKS = [not_a_server_error, response_schema_conformance]
 SESSION_CHANGING = ("/api/auth/",)  # sign-up, log-in and log-out replace or end the session
+ACCOUNTS = ("/api/auth/", "/api/me", "/api/keys")
+"""The account API documents none of its errors yet (app/domain/accounts/, another change's);
+every other operation must also answer only with statuses its document lists."""
 
 
 @dataclass
@@ -154,6 +160,10 @@ def failures_of(operation: APIOperation, fuzzed_app: FuzzedApp) -> str | None:
     else:
         accounts = [(a, a.real_ids()) for a in (fuzzed_app.user, fuzzed_app.admin)]
 
+    checks = CHECKS
+    if not operation.path.startswith(ACCOUNTS):
+        checks = [*CHECKS, status_code_conformance]
+
     @given(case=strategy, aim_at_real=st.booleans())
     @settings(
         max_examples=MAX_EXAMPLES,
@@ -165,7 +175,7 @@ def failures_of(operation: APIOperation, fuzzed_app: FuzzedApp) -> str | None:
     def run(case: schemathesis.Case, aim_at_real: bool) -> None:
         for account, ids in accounts:
             with aimed_at_real_values(case, ids if aim_at_real else {}, fuzzed_app.model):
-                case.call_and_validate(session=account.http, headers=account.headers, checks=CHECKS)
+                case.call_and_validate(session=account.http, headers=account.headers, checks=checks)
 
     try:
         run()

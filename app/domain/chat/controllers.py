@@ -12,7 +12,13 @@ from uuid import UUID
 import msgspec
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import Provide
-from litestar.exceptions import ClientException, NotFoundException
+from litestar.exceptions import (
+    ClientException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ServiceUnavailableException,
+)
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
@@ -50,6 +56,22 @@ EVENT_STREAM_RESPONSE = {
 }
 """The streaming endpoints' success, for the OpenAPI document. (Not the handler's `media_type`:
 Litestar would send their JSON errors with it too.)"""
+# The errors each kind of endpoint answers with, for the OpenAPI document (`raises`): no session
+# (401), a write without the CSRF header (403), an id that is not the user's (404), a reply that
+# cannot be regenerated (409), an engine that is not taking requests (503).
+READ = [NotAuthorizedException]
+READ_ONE = [*READ, NotFoundException]
+WRITE = [*READ, PermissionDeniedException]
+WRITE_ONE = [*WRITE, NotFoundException]
+START_REPLY = [*WRITE_ONE, ServiceUnavailableException]
+
+
+class ConflictError(ClientException):
+    """409, for the OpenAPI document (Litestar has no named exception for it)."""
+
+    status_code = HTTP_409_CONFLICT
+
+
 CANCEL_WAIT_S = 5.0
 """How long POST .../cancel waits for the reply's end to be saved before answering."""
 
@@ -198,14 +220,14 @@ class ConversationController(Controller):
     tags = ["chat"]
     dependencies = {"user": Provide(current_user)}
 
-    @get("/")
+    @get("/", raises=READ)
     async def list_conversations(self, request: Request, user: User) -> list[dict[str, Any]]:
         rows = await service.list_conversations(
             services_of(request).sessions, user.id, source="page"
         )
         return [conversation_json(c) for c in rows]
 
-    @post("/", status_code=HTTP_201_CREATED)
+    @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
     async def create(
         self, request: Request, user: User, data: NewConversation | None = None
     ) -> dict[str, Any]:
@@ -215,7 +237,7 @@ class ConversationController(Controller):
         )
         return conversation_json(conversation)
 
-    @get("/{conversation_id:uuid}")
+    @get("/{conversation_id:uuid}", raises=READ_ONE)
     async def read(self, request: Request, user: User, conversation_id: UUID) -> dict[str, Any]:
         sessions = services_of(request).sessions
         conversation = await service.get_conversation(sessions, user.id, conversation_id)
@@ -224,7 +246,7 @@ class ConversationController(Controller):
             raise NotFoundException("no such conversation")
         return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
 
-    @patch("/{conversation_id:uuid}")
+    @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
         self, request: Request, user: User, conversation_id: UUID, data: Rename
     ) -> dict[str, Any]:
@@ -235,7 +257,7 @@ class ConversationController(Controller):
         assert conversation is not None
         return conversation_json(conversation)
 
-    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(self, request: Request, user: User, conversation_id: UUID) -> None:
         services = services_of(request)
         deleted = await service.delete_conversation(services.sessions, user.id, conversation_id)
@@ -249,7 +271,12 @@ class ConversationController(Controller):
         if not deleted:
             raise NotFoundException("no such conversation")
 
-    @post("/{conversation_id:uuid}/messages", status_code=200, responses=EVENT_STREAM_RESPONSE)
+    @post(
+        "/{conversation_id:uuid}/messages",
+        status_code=200,
+        responses=EVENT_STREAM_RESPONSE,
+        raises=START_REPLY,
+    )
     async def send(
         self, request: Request, user: User, conversation_id: UUID, data: SendMessage
     ) -> Stream:
@@ -281,7 +308,7 @@ class MessageController(Controller):
         except NotFoundError as exc:
             raise NotFoundException("no such message") from exc
 
-    @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE)
+    @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE, raises=READ_ONE)
     async def resume(
         self,
         request: Request,
@@ -300,7 +327,12 @@ class MessageController(Controller):
         )
         return sse_response(events, functools.partial(page_sse, message_id=str(message_id)))
 
-    @post("/{message_id:uuid}/regenerate", status_code=200, responses=EVENT_STREAM_RESPONSE)
+    @post(
+        "/{message_id:uuid}/regenerate",
+        status_code=200,
+        responses=EVENT_STREAM_RESPONSE,
+        raises=[*START_REPLY, ConflictError],
+    )
     async def regenerate(
         self, request: Request, user: User, message_id: UUID, data: ReplyOptions | None = None
     ) -> Stream:
@@ -313,14 +345,14 @@ class MessageController(Controller):
         )
         return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
 
-    @post("/{message_id:uuid}/cancel", status_code=200)
+    @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
     async def cancel(self, request: Request, user: User, message_id: UUID) -> dict[str, Any]:
         """Stop a reply (idempotent); answers once its end state is saved."""
         reply = await self._find(request, user, message_id)
         status = await services_of(request).replies.stop(reply, CancelCause.USER, CANCEL_WAIT_S)
         return {"message_id": str(message_id), "status": status}
 
-    @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT)
+    @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def client_metrics(
         self, request: Request, user: User, message_id: UUID, data: ClientMetrics
     ) -> None:

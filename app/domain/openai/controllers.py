@@ -89,6 +89,7 @@ ERRORS = {
     400: "an invalid request (the message says what is wrong)",
     401: "no API key, or one that is not valid",
     404: "no such model",
+    503: "the server is not taking requests (shutting down): try again in a moment",
 }
 
 
