@@ -331,19 +331,38 @@ def test_bad_frames_are_rejected_one_by_one_while_a_reply_streams_on(
     assert len(client.conversation(conversation)["messages"]) == 2  # the refused sends wrote none
 
 
-# -- a send racing the delete of its conversation -------------------------------------------------
+# -- a send or a regenerate racing the delete of its conversation ---------------------------------
 
 RACES = 30
 
 
-def test_a_send_racing_a_delete_is_a_404_or_a_reply_never_a_500(
-    world: World, server: LiveServer, live_database_url: str
+def finished_reply(client: PageClient, conversation: str) -> str:
+    with client.send(conversation, "Hi.", max_tokens=2, temperature=0) as response:
+        reply = read_stream(response)
+    client.wait_final(conversation, reply.message_id)
+    return reply.message_id
+
+
+@pytest.mark.parametrize("action", ["send", "regenerate"])
+def test_a_request_racing_a_delete_is_a_4xx_or_a_reply_never_a_500(
+    world: World, server: LiveServer, live_database_url: str, action: str
 ) -> None:
-    """30 conversations, each sent a message and deleted at (nearly) the same moment: every delete
-    answers 204; every send answers 404 ("no such conversation") or streams a reply to its end;
-    nothing answers 500 or logs a traceback; and the deleted conversations leave no rows behind,
-    `streaming` or otherwise."""
+    """30 conversations, each sent a message (or asked to regenerate its reply) and deleted at
+    (nearly) the same moment: every delete answers 204; every send or regenerate answers 404 (or,
+    for a regenerate, 409) or streams a reply to its end; nothing answers 500 or logs a traceback;
+    and the deleted conversations leave no rows behind, `streaming` or otherwise."""
     conversations = [world.alice.new_conversation() for _ in range(RACES)]
+    if action == "send":
+        paths = [f"/api/conversations/{c}/messages" for c in conversations]
+        body: dict[str, object] = {"content": "Hi.", "max_tokens": 4}
+        refusals = {404: "no such conversation"}
+    else:
+        replies = [finished_reply(world.alice, c) for c in conversations]
+        paths = [f"/api/messages/{m}/regenerate" for m in replies]
+        body = {"max_tokens": 4}
+        # A 409 too: on SQLite the reads before the write see the delete half-done (the
+        # conversation there, its messages gone: "no question before this reply").
+        refusals = {404: "no such message", 409: '"detail":'}
     cookies = dict(world.alice.http.cookies)
     csrf = world.alice.csrf_headers()
 
@@ -355,15 +374,10 @@ def test_a_send_racing_a_delete_is_a_404_or_a_reply_never_a_500(
         http.get("/healthz").raise_for_status()
     barrier = threading.Barrier(2 * RACES)
 
-    def send(http: httpx.Client, conversation: str, delay_s: float) -> tuple[int, str]:
+    def start(http: httpx.Client, path: str, delay_s: float) -> tuple[int, str]:
         barrier.wait()
         time.sleep(delay_s)
-        with http.stream(
-            "POST",
-            f"/api/conversations/{conversation}/messages",
-            json={"content": "Hi.", "max_tokens": 4},
-            headers=csrf,
-        ) as response:
+        with http.stream("POST", path, json=body, headers=csrf) as response:
             return response.status_code, response.read().decode()
 
     def delete(http: httpx.Client, conversation: str, delay_s: float) -> int:
@@ -371,30 +385,30 @@ def test_a_send_racing_a_delete_is_a_404_or_a_reply_never_a_500(
         time.sleep(delay_s)
         return http.delete(f"/api/conversations/{conversation}", headers=csrf).status_code
 
-    # The delete starts from 45 ms before its send to 42 ms after it, 3 ms apart: some land before
-    # the send's lookup, some between its lookup and its write, some after.
+    # The delete starts from 45 ms before its request to 42 ms after it, 3 ms apart: some land
+    # before the request's lookup, some between its lookup and its write, some after.
     offsets = [(i - RACES // 2) * 0.003 for i in range(RACES)]
     with ThreadPoolExecutor(max_workers=2 * RACES) as pool:
-        sends = [
-            pool.submit(send, clients[i], c, max(0.0, -offsets[i]))
-            for i, c in enumerate(conversations)
+        requests = [
+            pool.submit(start, clients[i], path, max(0.0, -offsets[i]))
+            for i, path in enumerate(paths)
         ]
         deletes = [
             pool.submit(delete, clients[RACES + i], c, max(0.0, offsets[i]))
             for i, c in enumerate(conversations)
         ]
-        send_results = [f.result() for f in sends]
+        results = [f.result() for f in requests]
         delete_statuses = [f.result() for f in deletes]
     for http in clients:
         http.close()
 
     assert delete_statuses == [204] * RACES
-    for status, body in send_results:
-        assert status in (200, 404), (status, body)
-        if status == 404:
-            assert "no such conversation" in body, body
+    for status, text in results:
+        assert status == 200 or status in refusals, (status, text)
+        if status in refusals:
+            assert refusals[status] in text, text
         else:
-            assert "event: final" in body or "event: error" in body, body
+            assert "event: final" in text or "event: error" in text, text
     world.alice.wait_engine_idle(timeout_s=60)
     remaining = {
         uuid_text(row["id"]) for row in query(live_database_url, "SELECT id FROM conversations")

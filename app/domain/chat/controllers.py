@@ -194,7 +194,7 @@ async def regenerate_reply(
         return await services.replies.regenerate(user.id, message_id, params)
     except ValueError as exc:
         raise ClientException(str(exc)) from exc
-    except NotFoundError as exc:
+    except (NotFoundError, service.ConversationNotFoundError) as exc:  # or deleted meanwhile
         raise NotFoundException("no such message") from exc
     except service.NotRegenerableError as exc:
         raise ClientException(str(exc), status_code=HTTP_409_CONFLICT) from exc

@@ -523,9 +523,22 @@ async def replace_reply(
 
     The conditional UPDATE makes two regenerations of the same reply race safely: the second
     finds it already replaced (or a newer turn in the way) and raises NotRegenerableError.
+
+    It starts by updating the conversation, as `add_turn` does, and for the same reason: a racing
+    DELETE locks the conversation, then (cascading) its messages; taking the reply's lock first
+    and the conversation's second (the successor's foreign key) deadlocked with it on PostgreSQL.
+    Now the DELETE waits for this transaction or wins outright (ConversationNotFoundError).
     """
     now = utcnow()
     async with transaction(sessions) as session:
+        touched = await session.execute(
+            update(Conversation)
+            .where(Conversation.id == reply.conversation_id)
+            .values(updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if touched.rowcount == 0:
+            raise ConversationNotFoundError(reply.conversation_id)
         if await session.scalar(_later_message(reply).limit(1)) is not None:
             raise NotRegenerableError("only the latest reply can be regenerated")
         replaced = await session.execute(
@@ -540,12 +553,6 @@ async def replace_reply(
         )
         if replaced.rowcount != 1:
             raise NotRegenerableError("this reply was already regenerated")
-        await session.execute(
-            update(Conversation)
-            .where(Conversation.id == reply.conversation_id)
-            .values(updated_at=now)
-            .execution_options(synchronize_session=False)
-        )
         successor = _new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
         session.add(successor)
     return successor
