@@ -237,9 +237,8 @@ async def add_turn(
     The transaction starts with a conditional UPDATE of the conversation, never a read: a DELETE
     racing it then either waits for this transaction (PostgreSQL's row lock; SQLite's write lock,
     taken by the first write) and removes the new rows with the conversation, or commits first and
-    leaves nothing to update (ConversationNotFoundError). Reading first would let the DELETE slip
-    in between: a foreign-key violation or a stale UPDATE on PostgreSQL, a stale read snapshot
-    ("database is locked") on SQLite.
+    leaves nothing to update (ConversationNotFoundError). Reading first let the DELETE slip in
+    between the read and the writes: the ORM's UPDATE then matched no row (StaleDataError, a 500).
     """
     now = utcnow()
     title = Conversation.title
