@@ -43,6 +43,7 @@ from app.engine import Engine
 from app.settings import Settings
 from app.web import pages
 from app.web.auth import admin_guard
+from app.web.client_input import HTTP_CLIENT_CLOSED_REQUEST, SafeRequest
 from app.web.metrics import metrics_endpoint
 from app.web.security import security_headers_hook
 from app.web.services import Services
@@ -138,6 +139,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),
         ],
         lifespan=[lifespan],
+        request_class=SafeRequest,  # bad JSON bodies are 400s, a client gone mid-body a quiet 499
         middleware=[session_config.middleware],
         csrf_config=csrf_config,
         before_send=[security_headers_hook(settings.cookie_secure)],
@@ -150,7 +152,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         logging_config=LoggingConfig(
             root={"level": "INFO", "handlers": ["queue_listener"]},
             log_exceptions="always",
-            disable_stack_trace={400, 401, 403, 404, 405, 409, 413, 422, 429, 503},  # client errors
+            disable_stack_trace={400, 401, 403, 404, 405, 409, 413, 422, 429, 503}
+            | {HTTP_CLIENT_CLOSED_REQUEST},  # client errors, and clients gone
         ),
         debug=settings.debug,
     )

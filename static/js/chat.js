@@ -11,6 +11,7 @@ import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { $, copyText, flash, h, icon } from "./dom.js";
 import { nodeToDOM, parseMarkdown } from "./markdown.js";
 import { FINAL_STATUSES, ReplyState, tokensPerSecond } from "./reply.js";
+import { conversationIdFromHash } from "./route.js";
 import { ReplyStream } from "./stream.js";
 import { SseTransport } from "./transport-sse.js";
 import { WsTransport } from "./transport-ws.js";
@@ -775,7 +776,7 @@ async function loadConversations() {
     return;
   }
   renderConversationList();
-  const wanted = decodeURIComponent(location.hash.slice(1));
+  const wanted = conversationIdFromHash(location.hash);
   const pick = state.conversations.find((c) => c.id === wanted) || state.conversations[0];
   if (pick) await openConversation(pick.id);
   else showNoConversation();
@@ -1003,7 +1004,7 @@ window.addEventListener("offline", () => {
 window.addEventListener("online", showNetStatus);
 
 window.addEventListener("hashchange", () => {
-  const id = decodeURIComponent(location.hash.slice(1));
+  const id = conversationIdFromHash(location.hash);
   if (id && id !== state.currentId && state.conversations.some((c) => c.id === id)) openConversation(id);
 });
 

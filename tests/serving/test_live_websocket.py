@@ -245,20 +245,30 @@ def close_frame(ws: ClientConnection) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(
-    ("frame", "code"),
-    [("this is not json", 1007), ("[1, 2, 3]", 1007), ('"a string"', 1007), (b"\x00\x01", 1003)],
+    ("frame", "word"),
+    [
+        ("this is not json", "json object"),
+        ("[1, 2, 3]", "json object"),
+        ('"a string"', "json object"),
+        (b"\x00\x01", "binary"),
+    ],
     ids=["not-json", "json-array", "json-string", "binary"],
 )
-def test_garbage_frames_close_the_socket_with_a_reason(
-    server: LiveServer, alice: PageClient, frame: str | bytes, code: int
+def test_garbage_frames_are_rejected_and_the_socket_stays_open(
+    server: LiveServer, alice: PageClient, frame: str | bytes, word: str
 ) -> None:
-    """A text frame that is not a JSON object closes with 1007, a binary frame with 1003, each
-    with a reason; nothing is written."""
+    """A text frame that is not a JSON object, or a binary frame, gets one `rejected` frame (400,
+    with the reason); the same socket then still serves a valid request."""
+    conversation = alice.new_conversation()
     with open_socket(server, alice) as ws:
         ws.send(frame)
-        received_code, reason = close_frame(ws)
-    assert received_code == code
-    assert reason
+        rejected = receive(ws)
+        assert rejected["type"] == "rejected" and rejected["status"] == 400, rejected
+        assert word in rejected["error"].lower(), rejected
+        send_json(ws, {"type": "send", "conversation_id": conversation,
+                       "content": "[[synthetic:tokens=5]] ok", "max_tokens": 10})  # fmt: skip
+        reply = WsReply().read(ws)
+    assert reply.end is not None and reply.end["status"] == "completed"
 
 
 def test_requests_it_cannot_serve_are_rejected_and_the_socket_stays_open(

@@ -7,11 +7,17 @@ from typing import Any
 from uuid import UUID
 
 from litestar import Controller, Request, get, post
-from litestar.exceptions import NotFoundException
+from litestar.exceptions import (
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+)
 
 from app.domain.admin.views import kill_reply, live_generations, message_row
 from app.domain.chat import service as chat_service
 from app.web.auth import admin_guard, services_of
+
+GUARDED = [NotAuthorizedException, PermissionDeniedException]  # no session; not an admin (or CSRF)
 
 
 class AdminApiController(Controller):
@@ -19,16 +25,16 @@ class AdminApiController(Controller):
     guards = [admin_guard]
     tags = ["admin"]
 
-    @get("/engine")
+    @get("/engine", raises=GUARDED)
     async def engine_stats(self, request: Request) -> dict[str, Any]:
         stats = services_of(request).engine.stats()
         return {**dataclasses.asdict(stats), "extra": dict(stats.extra)}
 
-    @get("/live")
+    @get("/live", raises=GUARDED)
     async def live(self, request: Request) -> list[dict[str, Any]]:
         return live_generations(services_of(request))
 
-    @post("/live/{message_id:uuid}/kill", status_code=200)
+    @post("/live/{message_id:uuid}/kill", status_code=200, raises=[*GUARDED, NotFoundException])
     async def kill(self, request: Request, message_id: UUID) -> dict[str, Any]:
         """The kill switch: abort a reply on whichever replica runs it."""
         status = await kill_reply(services_of(request), message_id)
@@ -36,7 +42,7 @@ class AdminApiController(Controller):
             raise NotFoundException("no such reply")
         return {"message_id": str(message_id), "status": status}
 
-    @get("/messages/{message_id:uuid}")
+    @get("/messages/{message_id:uuid}", raises=[*GUARDED, NotFoundException])
     async def message(self, request: Request, message_id: UUID) -> dict[str, Any]:
         """Any reply with its timings and stream-health verdict."""
         message = await chat_service.get_message_unscoped(services_of(request).sessions, message_id)

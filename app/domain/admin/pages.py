@@ -16,9 +16,13 @@ from app.domain.chat import admin as queries
 from app.domain.chat import service as chat_service
 from app.domain.chat.models import MessageStatus
 from app.web.auth import admin_guard, services_of
+from app.web.client_input import text_problem
 from app.web.pages import page_context
 
 PAGE_SIZE = 25
+MAX_PAGE = 1_000_000
+"""Pages past this are clamped to it (then to the last page): a hand-made `?page=10**20` must not
+reach the database as an OFFSET neither SQLite nor PostgreSQL can hold (a 64-bit integer)."""
 
 
 def _parse_date(value: str | None, name: str) -> datetime | None:
@@ -28,6 +32,17 @@ def _parse_date(value: str | None, name: str) -> datetime | None:
         return datetime.fromisoformat(value).replace(tzinfo=UTC)
     except ValueError as exc:
         raise ClientException(f"{name} must be a date (YYYY-MM-DD)") from exc
+
+
+def _day_after(day: datetime | None) -> datetime | None:
+    """The exclusive end of an inclusive end date; None (no end) after the last representable
+    day, 9999-12-31, when there is no day after it."""
+    if day is None:
+        return None
+    try:
+        return day + timedelta(days=1)
+    except OverflowError:
+        return None
 
 
 class AdminPages(Controller):
@@ -53,18 +68,25 @@ class AdminPages(Controller):
             user_id = UUID(user) if user else None
         except ValueError as exc:
             raise ClientException("user must be a user id") from exc
-        before = _parse_date(date_to, "date_to")
+        if q and (problem := text_problem(q)) is not None:
+            raise ClientException(f"q: {problem}")
         filters = queries.ConversationFilter(
             user_id=user_id,
             status=MessageStatus(status) if status else None,
             updated_after=_parse_date(date_from, "date_from"),
-            updated_before=before + timedelta(days=1) if before else None,  # inclusive end date
+            updated_before=_day_after(_parse_date(date_to, "date_to")),  # inclusive end date
             search=q.strip() if q and q.strip() else None,
         )
-        page = max(1, page)
+        page = min(max(1, page), MAX_PAGE)
         result = await queries.admin_list_conversations(
             sessions, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
         )
+        last_page = max(1, -(-result.total // PAGE_SIZE))
+        if page > last_page:  # past the end (a stale or hand-made link): show the last page
+            page = last_page
+            result = await queries.admin_list_conversations(
+                sessions, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+            )
         rows = [
             {
                 "id": str(row.conversation.id),
@@ -91,7 +113,7 @@ class AdminPages(Controller):
                     "q": q,
                 },
                 page=page,
-                pages=max(1, -(-result.total // PAGE_SIZE)),
+                pages=last_page,
                 total=result.total,
                 users=users,
                 statuses=[s.value for s in MessageStatus],

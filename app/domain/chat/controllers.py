@@ -6,13 +6,21 @@ Every lookup is scoped to the logged-in user; another user's ids answer 404, lik
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import Provide
-from litestar.exceptions import ClientException, NotFoundException, TooManyRequestsException
+from litestar.exceptions import (
+    ClientException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ServiceUnavailableException,
+    TooManyRequestsException,
+)
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
@@ -29,6 +37,41 @@ from app.streaming.generation import Generation
 from app.web.auth import current_user, services_of
 from app.web.services import Services
 from app.web.sse import sse_response
+
+
+class ServerSentEvent(msgspec.Struct):
+    """One event of a reply's stream; `data` is its JSON payload, `id` the character offset."""
+
+    event: Literal["start", "delta", "final", "error"]
+    id: str
+    data: str
+
+
+EVENT_STREAM_RESPONSE = {
+    200: ResponseSpec(
+        ServerSentEvent,
+        media_type="text/event-stream",
+        description="the reply, as server-sent events (the schema is each event's)",
+        generate_examples=False,
+    )
+}
+"""The streaming endpoints' success, for the OpenAPI document. (Not the handler's `media_type`:
+Litestar would send their JSON errors with it too.)"""
+# The errors each kind of endpoint answers with, for the OpenAPI document (`raises`): no session
+# (401), a write without the CSRF header (403), an id that is not the user's (404), a reply that
+# cannot be regenerated (409), an engine that is not taking requests (503).
+READ = [NotAuthorizedException]
+READ_ONE = [*READ, NotFoundException]
+WRITE = [*READ, PermissionDeniedException]
+WRITE_ONE = [*WRITE, NotFoundException]
+START_REPLY = [*WRITE_ONE, ServiceUnavailableException]
+
+
+class ConflictError(ClientException):
+    """409, for the OpenAPI document (Litestar has no named exception for it)."""
+
+    status_code = HTTP_409_CONFLICT
+
 
 CANCEL_WAIT_S = 5.0
 """How long POST .../cancel waits for the reply's end to be saved before answering."""
@@ -131,11 +174,14 @@ async def start_reply(
     params: SamplingParams,
     **kwargs: Any,
 ) -> Generation:
-    """Start a reply, turning engine refusals into clear HTTP errors."""
+    """Start a reply, turning engine refusals into clear HTTP errors (and a conversation deleted
+    meanwhile, by a racing DELETE, into the 404 it would have got a moment later)."""
     try:
         return await replies.start(user.id, conversation, content, params, **kwargs)
     except TooManyRepliesError as exc:
         raise TooManyRequestsException(str(exc)) from exc
+    except service.ConversationNotFoundError as exc:
+        raise NotFoundException("no such conversation") from exc
     except EngineUnavailableError as exc:
         raise ClientException(str(exc), status_code=503) from exc
     except EngineError as exc:
@@ -151,7 +197,7 @@ async def regenerate_reply(
         return await services.replies.regenerate(user.id, message_id, params)
     except ValueError as exc:
         raise ClientException(str(exc)) from exc
-    except NotFoundError as exc:
+    except (NotFoundError, service.ConversationNotFoundError) as exc:  # or deleted meanwhile
         raise NotFoundException("no such message") from exc
     except service.NotRegenerableError as exc:
         raise ClientException(str(exc), status_code=HTTP_409_CONFLICT) from exc
@@ -179,14 +225,14 @@ class ConversationController(Controller):
     tags = ["chat"]
     dependencies = {"user": Provide(current_user)}
 
-    @get("/")
+    @get("/", raises=READ)
     async def list_conversations(self, request: Request, user: User) -> list[dict[str, Any]]:
         rows = await service.list_conversations(
             services_of(request).sessions, user.id, source="page"
         )
         return [conversation_json(c) for c in rows]
 
-    @post("/", status_code=HTTP_201_CREATED)
+    @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
     async def create(
         self, request: Request, user: User, data: NewConversation | None = None
     ) -> dict[str, Any]:
@@ -196,7 +242,7 @@ class ConversationController(Controller):
         )
         return conversation_json(conversation)
 
-    @get("/{conversation_id:uuid}")
+    @get("/{conversation_id:uuid}", raises=READ_ONE)
     async def read(self, request: Request, user: User, conversation_id: UUID) -> dict[str, Any]:
         sessions = services_of(request).sessions
         conversation = await service.get_conversation(sessions, user.id, conversation_id)
@@ -205,7 +251,7 @@ class ConversationController(Controller):
             raise NotFoundException("no such conversation")
         return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
 
-    @patch("/{conversation_id:uuid}")
+    @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
         self, request: Request, user: User, conversation_id: UUID, data: Rename
     ) -> dict[str, Any]:
@@ -216,18 +262,26 @@ class ConversationController(Controller):
         assert conversation is not None
         return conversation_json(conversation)
 
-    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(self, request: Request, user: User, conversation_id: UUID) -> None:
         services = services_of(request)
-        for generation in services.manager.live():  # stop what it is still generating
+        deleted = await service.delete_conversation(services.sessions, user.id, conversation_id)
+        # Then stop what it is still generating: after the delete, so that a reply whose turn a
+        # racing send wrote just before it is stopped too (its final write finds no row: a no-op).
+        for generation in services.manager.live():
             if generation.conversation_id == str(conversation_id) and generation.user_id == str(
                 user.id
             ):
                 generation.cancel(CancelCause.USER)
-        if not await service.delete_conversation(services.sessions, user.id, conversation_id):
+        if not deleted:
             raise NotFoundException("no such conversation")
 
-    @post("/{conversation_id:uuid}/messages", status_code=200)
+    @post(
+        "/{conversation_id:uuid}/messages",
+        status_code=200,
+        responses=EVENT_STREAM_RESPONSE,
+        raises=START_REPLY,
+    )
     async def send(
         self, request: Request, user: User, conversation_id: UUID, data: SendMessage
     ) -> Stream:
@@ -259,7 +313,7 @@ class MessageController(Controller):
         except NotFoundError as exc:
             raise NotFoundException("no such message") from exc
 
-    @get("/{message_id:uuid}/stream")
+    @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE, raises=READ_ONE)
     async def resume(
         self,
         request: Request,
@@ -278,7 +332,12 @@ class MessageController(Controller):
         )
         return sse_response(events, functools.partial(page_sse, message_id=str(message_id)))
 
-    @post("/{message_id:uuid}/regenerate", status_code=200)
+    @post(
+        "/{message_id:uuid}/regenerate",
+        status_code=200,
+        responses=EVENT_STREAM_RESPONSE,
+        raises=[*START_REPLY, ConflictError],
+    )
     async def regenerate(
         self, request: Request, user: User, message_id: UUID, data: ReplyOptions | None = None
     ) -> Stream:
@@ -291,14 +350,14 @@ class MessageController(Controller):
         )
         return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
 
-    @post("/{message_id:uuid}/cancel", status_code=200)
+    @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
     async def cancel(self, request: Request, user: User, message_id: UUID) -> dict[str, Any]:
         """Stop a reply (idempotent); answers once its end state is saved."""
         reply = await self._find(request, user, message_id)
         status = await services_of(request).replies.stop(reply, CancelCause.USER, CANCEL_WAIT_S)
         return {"message_id": str(message_id), "status": status}
 
-    @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT)
+    @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def client_metrics(
         self, request: Request, user: User, message_id: UUID, data: ClientMetrics
     ) -> None:

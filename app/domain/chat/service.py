@@ -26,7 +26,7 @@ from typing import Any
 from uuid import UUID
 
 from advanced_alchemy.types import DateTimeUTC
-from sqlalchemy import Select, delete, func, literal, select, update
+from sqlalchemy import Select, case, delete, func, literal, select, update
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
@@ -233,15 +233,29 @@ async def add_turn(
     The reply is stamped one microsecond after the question so that ordering by `created_at` is
     total even on a coarse clock. Raises `ConversationNotFoundError`; ownership is the caller's
     business (it got the conversation from `get_conversation`).
+
+    The transaction starts with a conditional UPDATE of the conversation, never a read: a DELETE
+    racing it then either waits for this transaction (PostgreSQL's row lock; SQLite's write lock,
+    taken by the first write) and removes the new rows with the conversation, or commits first and
+    leaves nothing to update (ConversationNotFoundError). Reading first let the DELETE slip in
+    between the read and the writes: the ORM's UPDATE then matched no row (StaleDataError, a 500).
     """
     now = utcnow()
+    title = Conversation.title
+    if title_if_untitled:  # a new chat names itself
+        title = case(
+            (Conversation.title == DEFAULT_TITLE, clean_title(title_if_untitled)),
+            else_=Conversation.title,
+        )
     async with transaction(sessions) as session:
-        conversation = await session.get(Conversation, conversation_id)
-        if conversation is None:
+        touched = await session.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation_id)
+            .values(updated_at=now, title=title)
+            .execution_options(synchronize_session=False)
+        )
+        if touched.rowcount == 0:
             raise ConversationNotFoundError(conversation_id)
-        conversation.updated_at = now
-        if title_if_untitled and conversation.title == DEFAULT_TITLE:  # a new chat names itself
-            conversation.title = clean_title(title_if_untitled)
         user_message = Message(
             conversation_id=conversation_id,
             role=MessageRole.USER,
@@ -508,9 +522,22 @@ async def replace_reply(
 
     The conditional UPDATE makes two regenerations of the same reply race safely: the second
     finds it already replaced (or a newer turn in the way) and raises NotRegenerableError.
+
+    It starts by updating the conversation, as `add_turn` does, and for the same reason: a racing
+    DELETE locks the conversation, then (cascading) its messages; taking the reply's lock first
+    and the conversation's second (the successor's foreign key) deadlocked with it on PostgreSQL.
+    Now the DELETE waits for this transaction or wins outright (ConversationNotFoundError).
     """
     now = utcnow()
     async with transaction(sessions) as session:
+        touched = await session.execute(
+            update(Conversation)
+            .where(Conversation.id == reply.conversation_id)
+            .values(updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if touched.rowcount == 0:
+            raise ConversationNotFoundError(reply.conversation_id)
         if await session.scalar(_later_message(reply).limit(1)) is not None:
             raise NotRegenerableError("only the latest reply can be regenerated")
         replaced = await session.execute(
@@ -525,12 +552,6 @@ async def replace_reply(
         )
         if replaced.rowcount != 1:
             raise NotRegenerableError("this reply was already regenerated")
-        await session.execute(
-            update(Conversation)
-            .where(Conversation.id == reply.conversation_id)
-            .values(updated_at=now)
-            .execution_options(synchronize_session=False)
-        )
         successor = _new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
         session.add(successor)
     return successor

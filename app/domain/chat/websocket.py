@@ -3,14 +3,15 @@
 The client sends `send`, `cancel`, `resume` and `regenerate`; the server sends `start`, `delta`,
 `final`/`error` (the same payloads as the SSE events, with `type` and `id`), `ping` when idle, and
 `rejected` for a request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
-so a `cancel` lands mid-stream. Frames that are not JSON text close the socket with a reason.
+so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
+be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
+streaming on it carry on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from contextlib import aclosing
 from typing import Any
@@ -37,12 +38,11 @@ from app.streaming.events import CancelCause
 from app.streaming.framing import page_ws
 from app.streaming.generation import Generation
 from app.web.auth import optional_user, services_of
+from app.web.client_input import BadJsonError, decode_frame, text_problem
 from app.web.services import Services
 
 log = logging.getLogger(__name__)
 
-CLOSE_UNSUPPORTED = 1003  # a binary frame
-CLOSE_INVALID = 1007  # a text frame that is not a JSON object
 CLOSE_POLICY = 1008  # wrong origin
 CLOSE_UNAUTHORIZED = 4401  # no logged-in user
 
@@ -104,15 +104,13 @@ class ChatSocket:
                     return
                 text = event.get("text")
                 if text is None:
-                    await self.socket.close(CLOSE_UNSUPPORTED, "expected JSON text frames")
-                    return
+                    await self.reject("expected JSON text frames, not binary ones", status=400)
+                    continue
                 try:
-                    request = json.loads(text)
-                    if not isinstance(request, dict):
-                        raise ValueError("not an object")
-                except ValueError:
-                    await self.socket.close(CLOSE_INVALID, "each frame must be a JSON object")
-                    return
+                    request = decode_frame(text)
+                except BadJsonError as exc:
+                    await self.reject(str(exc), status=400)
+                    continue
                 await self.handle(request)
         finally:
             for task in self._streams:
@@ -120,10 +118,12 @@ class ChatSocket:
 
     async def handle(self, request: dict[str, Any]) -> None:
         kind = request.get("type")
-        client_ref = (
-            request.get("client_ref") if isinstance(request.get("client_ref"), str) else None
-        )
+        client_ref = request.get("client_ref")
+        if not isinstance(client_ref, str) or text_problem(client_ref) is not None:
+            client_ref = None  # only a ref that can be echoed back
         try:
+            if (problem := text_problem(request)) is not None:
+                raise ClientException(problem)  # before it reaches the engine or the database
             if kind == "send":
                 await self.on_send(msgspec.convert(request, SendRequest))
             elif kind == "cancel":
@@ -140,6 +140,9 @@ class ChatSocket:
             await self.reject(f"invalid {kind} request: {exc}", client_ref)
         except HTTPException as exc:
             await self.reject(exc.detail, client_ref, status=exc.status_code)
+        except Exception:  # a bug: this request fails, the socket and its other replies go on
+            log.exception("the WebSocket request %r failed", kind)
+            await self.reject("internal server error", client_ref, status=500)
 
     async def on_send(self, request: SendRequest) -> None:
         services = self.services

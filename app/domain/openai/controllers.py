@@ -14,16 +14,16 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import msgspec
 from litestar import Request, Response, Router, get, post
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Stream
 
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.controllers import start_reply
-from app.domain.openai.schemas import ChatCompletionRequest, openai_error
+from app.domain.openai.schemas import ChatCompletionRequest, OpenAIErrorBody, openai_error
 from app.engine.base import SamplingParams
 from app.streaming.events import Delta, Final
 from app.streaming.framing import OpenAIChunks, openai_completion
@@ -34,6 +34,11 @@ ROLES = {"system", "user", "assistant"}
 
 
 class OpenAIError(HTTPException):
+    # A client error unless told otherwise. Litestar decides whether to log a traceback from the
+    # exception's class attribute (litestar/middleware/_internal/exceptions/middleware.py,
+    # handle_exception_logging), so the default must not be HTTPException's 500.
+    status_code = 400
+
     def __init__(self, message: str, status_code: int = 400, **fields: Any) -> None:
         super().__init__(detail=message, status_code=status_code)
         self.fields = fields
@@ -80,13 +85,33 @@ def _messages(body: ChatCompletionRequest, max_chars: int) -> list[dict[str, str
     return out
 
 
-@post("/chat/completions", status_code=200)
-async def chat_completions(request: Request, user: User) -> Response[Any] | Stream:
+ERRORS = {
+    400: "an invalid request (the message says what is wrong)",
+    401: "no API key, or one that is not valid",
+    404: "no such model",
+    503: "the server is not taking requests (shutting down): try again in a moment",
+}
+
+
+@post(
+    "/chat/completions",
+    status_code=200,
+    responses={
+        status: ResponseSpec(OpenAIErrorBody, description=description)
+        for status, description in ERRORS.items()
+    },
+)
+async def chat_completions(
+    request: Request, user: User, data: ChatCompletionRequest
+) -> Response[Any] | Stream:
+    """A chat completion, as JSON or (`stream: true`) as server-sent events, like OpenAI's.
+
+    The body is decoded by Litestar through the app's SafeRequest (app/web/client_input.py): bad
+    JSON, JSON nested too deeply and text that cannot be stored are 400s in OpenAI's shape (see
+    `_error_response`), and a client that leaves mid-body is a quiet 499.
+    """
     services = services_of(request)
-    try:
-        body = msgspec.json.decode(await request.body(), type=ChatCompletionRequest)
-    except msgspec.DecodeError as exc:
-        raise OpenAIError(f"invalid request body: {exc}") from exc
+    body = data
     if body.model != services.engine.model_name:
         raise OpenAIError(
             f"the model {body.model!r} does not exist; GET /v1/models lists the models",
@@ -165,7 +190,7 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-@get("/models")
+@get("/models", responses={401: ResponseSpec(OpenAIErrorBody, description=ERRORS[401])})
 async def list_models(request: Request, user: User) -> dict[str, Any]:
     model = services_of(request).engine.model_name
     return {

@@ -49,6 +49,19 @@ class ChatCompletionRequest(msgspec.Struct):
     user: str | None = None
 
 
+class OpenAIErrorDetail(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorBody(msgspec.Struct):
+    """OpenAI's error shape, as `openai_error` builds it: for the OpenAPI document."""
+
+    error: OpenAIErrorDetail
+
+
 def openai_error(
     message: str,
     *,
