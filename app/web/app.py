@@ -91,7 +91,10 @@ def openapi_config() -> OpenAPIConfig:
         title="streamchat",
         version="0.1.0",
         render_plugins=[JsonRenderPlugin()],
-        openapi_router=Router("/schema", route_handlers=[], guards=[admin_guard]),
+        # As Litestar's own default router (litestar/_openapi/plugin.py), kept out of the document.
+        openapi_router=Router(
+            "/schema", route_handlers=[], guards=[admin_guard], include_in_schema=False
+        ),
     )
 
 

@@ -39,6 +39,14 @@ DEEP = 100_000
 DEEPLY_NESTED = b'{"content": "Hello!", "stop": ' + b"[" * DEEP + b"]" * DEEP + b"}"
 
 
+@pytest.fixture(scope="module")
+def server_env_overrides() -> dict[str, object]:
+    """Short replies; and no per-user cap: the race tests below start 30 replies at once for one
+    user, which the cap (MAX_REPLIES_PER_USER, tested in test_live_fairness.py) would otherwise
+    refuse with 429 before they could race their deletes."""
+    return {"DEFAULT_MAX_TOKENS": 32, "MAX_REPLIES_PER_USER": 0}
+
+
 def raw_post(w: World, path: str, body: bytes) -> httpx.Response:
     """POST a body exactly as given (JSON that a JSON encoder would never write), as alice."""
     return w.alice.http.post(
