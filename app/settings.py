@@ -95,6 +95,7 @@ class Settings:
     max_message_chars: int = 16000
     default_max_tokens: int = 512
     debug: bool = False
+    final_save_wait_s: float = 5.0  # longest a client's `final` waits for the reply to be saved
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -113,4 +114,5 @@ class Settings:
             max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
             default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
             debug=_env_bool("DEBUG", d.debug),
+            final_save_wait_s=_env_float("FINAL_SAVE_WAIT_S", d.final_save_wait_s),
         )
