@@ -44,7 +44,9 @@ class Recorder(Protocol):
 
     async def save_progress(self, progress: Sequence[Progress]) -> None: ...
 
-    async def save_final(self, outcome: Outcome) -> None: ...
+    async def save_finals(self, outcomes: Sequence[Outcome]) -> None:
+        """Several replies' ends in one transaction: all saved, or none (raises)."""
+        ...
 
 
 class GenerationManager:
@@ -62,7 +64,7 @@ class GenerationManager:
         self.flush_interval_s = flush_interval_s
         self.client_deadline_s = client_deadline_s
         self.final_wait_s = final_wait_s  # the longest a client's `final` waits for the save
-        self.saver = FinalSaver(recorder.save_final)
+        self.saver = FinalSaver(recorder.save_finals)
         self._live: dict[str, Generation] = {}
         self._pumps: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []

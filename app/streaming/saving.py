@@ -13,9 +13,12 @@ has it. This module carries it there, and keeps the "nothing lost while the proc
   for the lock (it is pending, not failed); a dropped connection or a refused one fails at once.
 - One writer for all pending finals, one attempt in flight: a stalled database then holds two
   pooled connections (this one and the flusher's), not one per ended reply, so the reads that
-  resume, cancel and page loads need still get a connection. The backoff is per reply: a row
-  the database refuses for good waits alone, new finals are tried at once, and the first success
-  after a stall makes every other pending reply due at once (the database answers again).
+  resume, cancel and page loads need still get a connection. Every reply that is due is saved in
+  one transaction (many replies ending in the same engine step cost one commit; see
+  bench/final_save.py); if that fails they are tried one by one, those that never failed first,
+  until one fails. The backoff is per reply: a row the database refuses for good waits alone,
+  new finals are tried at once, and a success after a stall makes every other pending reply due
+  at once (the database answers again).
 - Towards clients (the Generation and Subscriber implement it): the `final` event goes out once the
   save is done, keepalives flowing meanwhile; if the save takes longer than `final_wait_s`, it goes
   out anyway marked `saved: false` (its text and status are the true ones, what will be saved).
@@ -32,7 +35,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from app.streaming import metrics
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 FIRST_RETRY_S = 0.2
 MAX_RETRY_S = 10.0
+MAX_BATCH = 200  # replies' ends saved in one transaction
 
 
 @dataclass(slots=True)
@@ -49,12 +53,18 @@ class _Pending:
     generation: Generation
     due: float  # loop time of the next attempt
     delay: float  # nominal wait after the next failure
+    failures: int = 0  # attempts of this reply alone that failed
+
+    @property
+    def outcome(self) -> Outcome:
+        assert self.generation.outcome is not None
+        return self.generation.outcome
 
 
 class FinalSaver:
     def __init__(
         self,
-        save: Callable[[Outcome], Awaitable[object]],
+        save: Callable[[Sequence[Outcome]], Awaitable[object]],
         *,
         first_retry_s: float = FIRST_RETRY_S,
         max_retry_s: float = MAX_RETRY_S,
@@ -103,33 +113,63 @@ class FinalSaver:
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            item = min(self._queue.values(), key=lambda p: p.due, default=None)
-            if item is None:
+            if not self._queue:
                 await self._wake.wait()
                 continue
-            wait = item.due - loop.time()
-            if wait > 0:  # a submission or `hurry` may bring the next attempt forward
+            now = loop.time()
+            due = [p for p in self._queue.values() if p.due <= now][:MAX_BATCH]
+            if not due:  # a submission or `hurry` may bring the next attempt forward
                 try:
-                    async with asyncio.timeout(wait):
+                    async with asyncio.timeout(min(p.due for p in self._queue.values()) - now):
                         await self._wake.wait()
                 except TimeoutError:
                     pass
                 continue
-            await self._attempt(item, loop)
+            await self._save_round(due, loop)
 
-    async def _attempt(self, item: _Pending, loop: asyncio.AbstractEventLoop) -> None:
+    async def _save_round(self, due: list[_Pending], loop: asyncio.AbstractEventLoop) -> None:
+        """All due replies in one transaction; if that fails, one by one, until one fails."""
+        if len(due) > 1:
+            for item in due:
+                item.generation.save_attempts += 1
+            try:
+                await self._save([item.outcome for item in due])
+            except Exception as exc:
+                metrics.FINAL_SAVE_FAILURES.inc()
+                log.warning(
+                    "saving the ends of %d replies in one transaction failed (%s: %s); "
+                    "trying them one by one",
+                    len(due),
+                    type(exc).__name__,
+                    exc,
+                )
+            else:
+                for item in due:
+                    self._saved(item)
+                self._all_due(loop)
+                return
+        # Those that never failed first: a row the database refuses cannot hold up the others.
+        due.sort(key=lambda item: item.failures)
+        for index, item in enumerate(due):
+            if not await self._attempt(item, loop):
+                for other in due[index + 1 :]:  # the database is still down, most likely
+                    other.due = max(other.due, item.due)
+                return
+        self._all_due(loop)
+
+    async def _attempt(self, item: _Pending, loop: asyncio.AbstractEventLoop) -> bool:
         generation = item.generation
-        assert generation.outcome is not None
         generation.save_attempts += 1
         try:
-            await self._save(generation.outcome)
+            await self._save([item.outcome])
         except Exception as exc:
             metrics.FINAL_SAVE_FAILURES.inc()
+            item.failures += 1
             generation.save_error = f"{type(exc).__name__}: {exc}"[:500]
             wait = item.delay * (0.5 + 0.5 * self._jitter())
             item.due = loop.time() + wait
             item.delay = min(item.delay * 2, self.max_retry_s)
-            if generation.save_attempts == 1:
+            if item.failures == 1:
                 log.exception(
                     "saving the end of %s (%s, %d characters) failed: it stays in memory and is "
                     "retried until saved",
@@ -147,10 +187,15 @@ class FinalSaver:
                     generation.save_error,
                     wait,
                 )
-            return
+            return False
+        self._saved(item)
+        return True
+
+    def _saved(self, item: _Pending) -> None:
+        generation = item.generation
         del self._queue[generation.message_id]
         metrics.FINAL_SAVES_PENDING.dec()
-        if generation.save_attempts > 1:
+        if item.failures:
             log.warning(
                 "saved the end of %s after %d attempts, %.1f s after it ended",
                 generation.message_id,
@@ -158,6 +203,9 @@ class FinalSaver:
                 time.monotonic() - (generation.ended_at or time.monotonic()),
             )
         generation.finish()
+
+    def _all_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The database answers again: the replies waiting out a backoff need not wait."""
         now = loop.time()
-        for other in self._queue.values():  # the database answers again: no need to wait
+        for other in self._queue.values():
             other.due = min(other.due, now)
