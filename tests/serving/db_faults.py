@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator
 
 import asyncpg
@@ -165,3 +166,59 @@ def database_unavailable(backend: str, database_url: str) -> Iterator[None]:
     else:
         with postgres_unavailable(database_url):
             yield
+
+
+def _refusal_sql(backend: str, message_id: str) -> tuple[list[str], list[str]]:
+    """(create, drop) statements of a trigger that refuses to end one message."""
+    name = f"refuse_{uuid.UUID(message_id).hex}"
+    if backend == "sqlite":
+        create = (
+            f"CREATE TRIGGER {name} BEFORE UPDATE ON messages"
+            f" WHEN NEW.id = X'{uuid.UUID(message_id).hex}' AND NEW.status != 'streaming'"
+            " BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        )
+        return [create], [f"DROP TRIGGER {name}"]
+    return (
+        [
+            f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$",
+            f"CREATE TRIGGER {name} BEFORE UPDATE ON messages FOR EACH ROW"
+            f" WHEN (NEW.id = '{message_id}'::uuid AND NEW.status::text <> 'streaming')"
+            f" EXECUTE FUNCTION {name}()",
+        ],
+        [f"DROP TRIGGER {name} ON messages", f"DROP FUNCTION {name}()"],
+    )
+
+
+def _execute(backend: str, database_url: str, statements: list[str]) -> None:
+    if backend == "sqlite":
+        connection = sqlite3.connect(make_url(database_url).database or "", timeout=30)
+        try:
+            for statement in statements:
+                connection.execute(statement)
+            connection.commit()
+        finally:
+            connection.close()
+        return
+
+    async def run() -> None:
+        connection = await asyncpg.connect(_asyncpg_dsn(database_url))
+        try:
+            for statement in statements:
+                await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())
+
+
+@contextlib.contextmanager
+def refuse_final_save(backend: str, database_url: str, message_id: str) -> Iterator[None]:
+    """The database refuses to end this one message (a trigger raises on the UPDATE that sets a
+    final status), and only it: a row that cannot be saved, whatever the retries."""
+    create, drop = _refusal_sql(backend, message_id)
+    _execute(backend, database_url, create)
+    try:
+        yield
+    finally:
+        _execute(backend, database_url, drop)

@@ -36,7 +36,7 @@ from tests.live_server import (
     throwaway_database,
     uuid_text,
 )
-from tests.serving.db_faults import database_unavailable, write_lock
+from tests.serving.db_faults import database_unavailable, refuse_final_save, write_lock
 
 FINAL_WAIT_S = 2.0  # FINAL_SAVE_WAIT_S: how long a client's final waits for the save
 # How long the database stays away after the reply (or the last of them) has ended: on SQLite,
@@ -182,6 +182,34 @@ def test_a_write_lock_across_the_end_of_a_reply_loses_nothing(
     ) as response:
         regenerated = read_stream(response)
     assert regenerated.end is not None and regenerated.end.json()["saved"] is True
+
+
+def test_a_reply_the_database_refuses_does_not_hold_up_the_others(
+    backend: str, server: LiveServer, live_database_url: str, alice: PageClient
+) -> None:
+    """A trigger makes the database refuse one reply's final write, and only that one. It stays
+    pending (its final says `saved: false`; /metrics and the admin's live view list it) while
+    three replies ending after it are saved as usual; once the database accepts it, it is saved
+    with its whole text."""
+    refused = ReplyReader(alice, alice.new_conversation(), tokens=100)
+    refused.wait_started()
+    message_id = refused.record.message_id
+    with refuse_final_save(backend, live_database_url, message_id):
+        assert refused.wait_end().get("saved") is False
+        others = [ReplyReader(alice, alice.new_conversation(), tokens=60) for _ in range(3)]
+        for other in others:
+            assert other.wait_end().get("saved") is True
+            row = stored_row(live_database_url, other.record.message_id)
+            assert (row["status"], row["content"]) == ("completed", other.record.text)
+        assert stored_row(live_database_url, message_id)["status"] == "streaming"
+        assert metric(alice, "streamchat_final_saves_pending") >= 1
+        live = {g["message_id"]: g for g in alice.http.get("/admin/api/live").json()}
+        assert live[message_id]["saving"] is True
+        assert "refused by the test" in live[message_id]["save_error"]
+
+    stored = alice.wait_final(refused.conversation, message_id, timeout_s=30)
+    assert stored["status"] == "completed"
+    assert stored["content"] == refused.record.text
 
 
 # -- several replies, the database unavailable -------------------------------------------------
