@@ -147,10 +147,6 @@ class GenerationManager:
         """Replies generating here, and those that ended but are not saved yet; oldest first."""
         return sorted(self._live.values(), key=lambda g: g.created_at)
 
-    def saving(self) -> list[Generation]:
-        """Replies that ended here and whose end is not saved yet (the database is stalled?)."""
-        return self.saver.pending()
-
     def subscribe(self, generation: Generation, *, transport: str, after: int = 0) -> Subscriber:
         return Subscriber(generation, transport=transport, after=after)
 

@@ -22,7 +22,7 @@ has it. This module carries it there, and keeps the "nothing lost while the proc
 - Towards clients (the Generation and Subscriber implement it): the `final` event goes out once the
   save is done, keepalives flowing meanwhile; if the save takes longer than `final_wait_s`, it goes
   out anyway marked `saved: false` (its text and status are the true ones, what will be saved).
-  A later resume or cancel tells whether it has been saved since.
+  A later resume tells whether it has been saved since (its `final` says so).
 - Shutdown (`hurry`): the backoff is cut short and pending saves are tried until the shutdown
   deadline; the manager logs as errors, with their text lengths, the ones that still failed. That
   is the limit: a process that exits or dies with a save pending loses that reply's end; the next
@@ -96,10 +96,6 @@ class FinalSaver:
             generation, asyncio.get_running_loop().time(), self.first_retry_s
         )
         self._wake.set()
-
-    def pending(self) -> list[Generation]:
-        """Ended replies whose end is not saved yet, in the order they ended."""
-        return [p.generation for p in self._queue.values()]
 
     def hurry(self, max_retry_s: float = 0.5) -> None:
         """Shutting down: retry everything now, and from now on often."""

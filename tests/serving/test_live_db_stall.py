@@ -3,8 +3,11 @@ synthetic engine, on SQLite and PostgreSQL, with real faults (tests/serving/db_f
 
 - another connection holds the write lock across the end of a reply, for longer than the three
   tries the final save used to make (3 x SQLite's 5 s busy timeout, plus pauses: about 16 s);
+- the database refuses one reply's final write (a trigger), and only that one;
 - several replies end while the database is unavailable (PostgreSQL: connections refused and
-  terminated for a few seconds, what a restart looks like to the app; SQLite: the write lock).
+  terminated for a few seconds, what a restart looks like to the app; SQLite: the write lock);
+- a graceful shutdown (SIGTERM) with a save pending: saved if the database is back before the
+  shutdown deadline, logged as LOST (with its length) if not, then `interrupted` at the next start.
 
 The synthetic engine is used because the model is not the point: replies of an exact length
 (`[[synthetic:tokens=N]]`) end on cue, in seconds.
