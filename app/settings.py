@@ -113,6 +113,7 @@ class Settings:
     # Live replies (running or waiting in the engine) one user may have in this process; more are
     # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
     max_replies_per_user: int = 8
+    final_save_wait_s: float = 5.0  # longest a client's `final` waits for the reply to be saved
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -143,4 +144,5 @@ class Settings:
             rate_limit_namespace=_env("RATE_LIMIT_NAMESPACE", d.rate_limit_namespace),
             metrics_token=os.environ.get("METRICS_TOKEN") or None,
             max_replies_per_user=_env_int("MAX_REPLIES_PER_USER", d.max_replies_per_user),
+            final_save_wait_s=_env_float("FINAL_SAVE_WAIT_S", d.final_save_wait_s),
         )

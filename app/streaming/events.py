@@ -59,6 +59,9 @@ class Final:
     usage: dict[str, int]
     timings: dict[str, float | None]
     error: str | None = None
+    # False: the reply has ended (this is its whole text and true end state) but the database
+    # has not taken it yet; the server keeps retrying (see app/streaming/saving.py).
+    saved: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class Final:
             "usage": self.usage,
             "timings": self.timings,
             "error": self.error,
+            "saved": self.saved,
         }
 
 

@@ -4,6 +4,11 @@ A Generation pumps its engine stream into an append-only text (a list of parts),
 subscribers; it is what Stop cancels, what the recorder saves, what a reconnecting client resumes
 from and what the admin's live view lists. The pump is its own task, so a client that disconnects
 (and has its request task cancelled by the server) cannot interrupt the final database write.
+
+A reply ends in two steps: `pump` returns its `outcome` (the end is known in memory), then
+`finish` (the end is saved: app/streaming/saving.py retries the write until it is). Subscribers
+get the `final` event at `finish`, or after `final_wait_s` if the save is slow, then marked
+`saved: false`.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class Generation:
         source: str,
         model: str,
         grace_s: float,
+        final_wait_s: float = 5.0,
     ) -> None:
         self.message_id = message_id
         self.request_id = request_id  # the engine's id for this reply
@@ -86,6 +92,7 @@ class Generation:
         self.source = source  # "page" or "api": decides the disconnect grace period
         self.model = model
         self.grace_s = grace_s
+        self.final_wait_s = final_wait_s  # the longest a `final` waits for the save
         self.created_at = time.time()
         self.status = Status.STREAMING
         self.outcome: Outcome | None = None
@@ -97,7 +104,11 @@ class Generation:
         self._length = 0
         self._delta_times: list[float] = []
         self._subscribers: set[Subscriber] = set()
-        self._done = asyncio.Event()  # the end state is known AND saved: the Final may go out
+        self._done = asyncio.Event()  # the end state is known AND saved
+        self.ended_at: float | None = None  # time.monotonic() when the outcome became known
+        self._final_timer: asyncio.TimerHandle | None = None
+        self.save_attempts = 0  # the saver's bookkeeping, shown by the admin's live view
+        self.save_error: str | None = None
         self._abort: Callable[[], None] = lambda: None
         self._grace_timer: asyncio.TimerHandle | None = None
         self._grace_cause = CancelCause.DISCONNECT
@@ -127,11 +138,25 @@ class Generation:
 
     @property
     def done(self) -> bool:
+        """The reply has ended and its end state is saved."""
         return self._done.is_set()
+
+    saved = done
+
+    @property
+    def saving(self) -> bool:
+        """The reply has ended; its end state is not saved yet."""
+        return self.outcome is not None and not self._done.is_set()
 
     async def wait_done(self) -> None:
         """Until the reply has ended and its end state is saved."""
         await self._done.wait()
+
+    def final_due(self) -> bool:
+        """May a subscriber send the `final` now: saved, or ended `final_wait_s` ago."""
+        if self._done.is_set():
+            return True
+        return self.ended_at is not None and time.monotonic() - self.ended_at >= self.final_wait_s
 
     def start_event(self, offset: int = 0) -> Start:
         return Start(
@@ -143,7 +168,7 @@ class Generation:
 
     def final_event(self) -> Final:
         assert self.outcome is not None
-        return final_from_outcome(self.outcome)
+        return final_from_outcome(self.outcome, saved=self.saved)
 
     # -- subscribers --------------------------------------------------------------------------
 
@@ -208,8 +233,9 @@ class Generation:
     ) -> Outcome:
         """Consume the engine stream to its end; never raises for engine trouble.
 
-        The caller saves the outcome, then calls `finish()`: subscribers see the Final only once
-        the database has it, so a client that got the Final and reloads sees the same end.
+        The caller saves the outcome, then calls `finish()`: subscribers see the Final once the
+        database has it, so a client that got the Final and reloads sees the same end; or, if the
+        save takes over `final_wait_s`, then, marked `saved: false`.
         """
         self._abort = abort
         if self.cancel_cause is not None:  # cancelled before the pump started
@@ -230,6 +256,11 @@ class Generation:
             abort()
         self.outcome = self._outcome(finished, error)
         self.status = self.outcome.status
+        self.ended_at = time.monotonic()
+        # A slow save must not hold the Final forever: wake the subscribers when it is due.
+        self._final_timer = asyncio.get_running_loop().call_later(
+            self.final_wait_s, self._wake_subscribers
+        )
         metrics.REPLIES.labels(self.status.value).inc()
         if self.outcome.ttft_ms is not None:
             metrics.ENGINE_TTFT.observe(self.outcome.ttft_ms / 1000)
@@ -241,6 +272,9 @@ class Generation:
 
     def finish(self) -> None:
         """The end state is saved: release the Final to every subscriber."""
+        if self._final_timer is not None:
+            self._final_timer.cancel()
+            self._final_timer = None
         self._done.set()
         self._wake_subscribers()
 
@@ -294,7 +328,7 @@ class Generation:
         )
 
 
-def final_from_outcome(outcome: Outcome) -> Final:
+def final_from_outcome(outcome: Outcome, *, saved: bool = True) -> Final:
     """The final event, whether the reply is in memory or only in the database."""
     return Final(
         id=len(outcome.text),
@@ -312,6 +346,7 @@ def final_from_outcome(outcome: Outcome) -> Final:
             "total_ms": _ms(outcome.queued_at, outcome.finished_at),
         },
         error=outcome.error,
+        saved=saved,
     )
 
 

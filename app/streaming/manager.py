@@ -1,8 +1,12 @@
 """The generation manager: every live reply, plus the background duties no connection should own.
 
-- one pump task per reply (engine stream -> Generation -> recorder's final write);
+- one pump task per reply (engine stream -> Generation -> the final write, then unregistered);
+- one saver for all final writes (app/streaming/saving.py): retried with backoff until saved, the
+  Generation staying registered (resumable, cancellable, listed) until then;
 - one flusher for all replies: partial text reaches the database at least every `flush_interval_s`,
-  in one batch, so a crash loses at most about that much;
+  in one batch, so a crash loses at most about that much. It is one task that awaits each batch,
+  so flushes never pile up behind a stalled database, and it skips replies that have ended
+  (their text goes with the final write);
 - one watchdog for all subscribers: a client that took nothing for `client_deadline_s` while text
   was pending is treated as gone.
 Nothing here knows HTTP or SQL: persistence goes through a `Recorder`.
@@ -19,8 +23,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from app.engine.base import ChatMessages, Engine, EngineEvent, SamplingParams
+from app.streaming import metrics
 from app.streaming.events import CancelCause
 from app.streaming.generation import Generation, Outcome
+from app.streaming.saving import FinalSaver
 from app.streaming.subscriber import Subscriber
 
 log = logging.getLogger(__name__)
@@ -38,7 +44,9 @@ class Recorder(Protocol):
 
     async def save_progress(self, progress: Sequence[Progress]) -> None: ...
 
-    async def save_final(self, outcome: Outcome) -> None: ...
+    async def save_finals(self, outcomes: Sequence[Outcome]) -> None:
+        """Several replies' ends in one transaction: all saved, or none (raises)."""
+        ...
 
 
 class GenerationManager:
@@ -49,11 +57,14 @@ class GenerationManager:
         *,
         flush_interval_s: float = 1.0,
         client_deadline_s: float = 30.0,
+        final_wait_s: float = 5.0,
     ) -> None:
         self.engine = engine
         self.recorder = recorder
         self.flush_interval_s = flush_interval_s
         self.client_deadline_s = client_deadline_s
+        self.final_wait_s = final_wait_s  # the longest a client's `final` waits for the save
+        self.saver = FinalSaver(recorder.save_finals)
         self._live: dict[str, Generation] = {}
         self._pumps: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -63,18 +74,35 @@ class GenerationManager:
 
     async def start(self) -> None:
         self._accepting = True
+        self.saver.start()
         self._background = [
             asyncio.create_task(self._flush_loop(), name="generation-flusher"),
             asyncio.create_task(self._watchdog_loop(), name="subscriber-watchdog"),
         ]
 
     async def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Stop admitting; end every live reply (status interrupted) and wait for its final write."""
+        """Stop admitting; end every live reply (status interrupted) and wait for its final write.
+
+        Saves still pending at the deadline are lost with the process: each is logged as an error
+        with its size (the next start marks its row `interrupted`, with its last flushed text).
+        """
         self._accepting = False
         for generation in list(self._live.values()):
             generation.cancel(CancelCause.SHUTDOWN)
+        self.saver.hurry()
         if self._pumps:
             await asyncio.wait(self._pumps, timeout=timeout_s)
+        for generation in self._live.values():
+            log.error(
+                "LOST at shutdown: the end of reply %s (%s, %d characters, %d save attempts, "
+                "last error: %s) could not be saved; the next start marks it interrupted",
+                generation.message_id,
+                generation.status.value,
+                generation.length,
+                generation.save_attempts,
+                generation.save_error,
+            )
+        await self.saver.stop()
         for task in self._background:
             task.cancel()
         for task in self._background:
@@ -113,27 +141,17 @@ class GenerationManager:
     async def _pump(self, generation: Generation, stream: AsyncIterator[EngineEvent]) -> None:
         request_id = generation.request_id
         try:
-            outcome = await generation.pump(stream, lambda: self.engine.abort(request_id))
-            await self._save_final(outcome)
+            await generation.pump(stream, lambda: self.engine.abort(request_id))
+            self.saver.submit(generation)
+            await generation.wait_done()  # registered until saved: resume and cancel find it
         finally:
             self._live.pop(generation.message_id, None)
-            generation.finish()
-
-    async def _save_final(self, outcome: Outcome) -> None:
-        for attempt in range(3):  # a momentary database hiccup must not lose the end state
-            try:
-                await self.recorder.save_final(outcome)
-                return
-            except Exception:
-                log.exception(
-                    "saving the end of %s failed (attempt %d)", outcome.message_id, attempt + 1
-                )
-                await asyncio.sleep(0.2 * (attempt + 1))
 
     def get(self, message_id: str) -> Generation | None:
         return self._live.get(message_id)
 
     def live(self) -> list[Generation]:
+        """Replies generating here, and those that ended but are not saved yet; oldest first."""
         return sorted(self._live.values(), key=lambda g: g.created_at)
 
     def subscribe(self, generation: Generation, *, transport: str, after: int = 0) -> Subscriber:
@@ -164,6 +182,7 @@ class GenerationManager:
             try:
                 await self.flush()
             except Exception:
+                metrics.FLUSH_FAILURES.inc()
                 log.exception("flushing partial replies failed; retrying next tick")
 
     async def _watchdog_loop(self) -> None:

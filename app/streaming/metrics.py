@@ -72,6 +72,22 @@ OPEN_STREAMS = Gauge(
     "streamchat_open_streams", "Open reply streams by transport.", ["transport"], registry=REGISTRY
 )
 
+FINAL_SAVES_PENDING = Gauge(
+    "streamchat_final_saves_pending",
+    "Replies that have ended but whose end state is not saved yet (held in memory, retried).",
+    registry=REGISTRY,
+)
+FINAL_SAVE_FAILURES = Counter(
+    "streamchat_final_save_failures_total",
+    "Failed attempts to save a reply's end state (each one is retried until it succeeds).",
+    registry=REGISTRY,
+)
+FLUSH_FAILURES = Counter(
+    "streamchat_flush_failures_total",
+    "Failed batched flushes of partial replies (the next tick retries).",
+    registry=REGISTRY,
+)
+
 
 class EngineCollector(Collector):
     """Reads the engine's own counters at scrape time (no polling loop)."""

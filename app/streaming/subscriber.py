@@ -60,7 +60,7 @@ class Subscriber:
     @property
     def pending(self) -> bool:
         return self.generation.length > self.cursor or (
-            self.generation.done and not self._final_sent
+            self.generation.final_due() and not self._final_sent
         )
 
     async def events(self, keepalive_s: float) -> AsyncIterator[StreamEvent | None]:
@@ -100,7 +100,7 @@ class Subscriber:
             self.sent_events += 1
             self._observe_delivery()
             return Delta(id=self.cursor, text=text)
-        if generation.done:
+        if generation.final_due():  # saved, or the save is slow: see app/streaming/saving.py
             self._final_sent = True
             return generation.final_event()
         return None  # idle: the caller sends a heartbeat

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from logging.handlers import QueueListener
 from pathlib import Path
 
 from litestar import Litestar, Router
@@ -98,6 +99,21 @@ def openapi_config() -> OpenAPIConfig:
     )
 
 
+def flush_log_queue() -> None:
+    """Write out the log records still queued for Litestar's queue listener.
+
+    The listener drains its queue at exit (litestar/logging/standard.py registers `stop` with
+    atexit), but after a SIGTERM uvicorn re-raises the signal once it has shut down
+    (uvicorn/server.py, `capture_signals`), so atexit never runs and the last lines of a shutdown
+    (those that say what could not be saved) would be lost. `stop` drains; `start` resumes.
+    """
+    for handler in logging.getLogger().handlers:
+        listener = getattr(handler, "listener", None)
+        if isinstance(listener, QueueListener) and listener._thread is not None:
+            listener.stop()
+            listener.start()
+
+
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> Litestar:
     settings = settings or Settings.from_env()
 
@@ -112,6 +128,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         finally:
             await services.stop()
             await limits.store.close()
+            flush_log_queue()
 
     session_config = RotatingSessionConfig(
         max_age=SESSION_MAX_AGE_S, samesite="lax", httponly=True, store="sessions"

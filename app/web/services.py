@@ -47,6 +47,7 @@ class Services:
             DatabaseRecorder(sessions),
             flush_interval_s=settings.flush_interval_s,
             client_deadline_s=settings.client_deadline_s,
+            final_wait_s=settings.final_save_wait_s,
         )
         replies = ReplyService(
             sessions,

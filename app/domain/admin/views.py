@@ -58,7 +58,8 @@ async def kill_reply(services: Services, message_id: UUID) -> str | None:
 def live_generations(
     services: Services, emails: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    """The replies generating in this process now, oldest first."""
+    """The replies generating in this process now, and those that ended here but whose end is
+    not saved yet (`saving`: the database is stalled; the save is retried), oldest first."""
     return [
         {
             "message_id": g.message_id,
@@ -71,6 +72,9 @@ def live_generations(
             "length": g.length,
             "subscribers": len(g.subscribers),
             "started_at": datetime.fromtimestamp(g.created_at, UTC).isoformat(),
+            "saving": g.saving,
+            "save_attempts": g.save_attempts,
+            "save_error": g.save_error,
         }
         for g in services.manager.live()
     ]

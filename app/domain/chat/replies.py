@@ -212,6 +212,7 @@ class ReplyService:
             source=source,
             model=self.model_name,
             grace_s=self.grace_by_source.get(source, 0.0),
+            final_wait_s=self.manager.final_wait_s,
         )
         return self.manager.run(generation, stream)
 
@@ -281,13 +282,17 @@ class ReplyService:
     ) -> str:
         """Stop a reply wherever it runs (idempotent); returns its status once the end is saved.
 
-        Live here: abort it. Streaming on another replica: ask over the cancel channel and watch
-        the database for its end. Already finished: nothing to do.
+        Live here: abort it, and answer once its end is saved, or after `wait_s` with the end
+        status it has in memory (its save is then still being retried: see
+        app/streaming/saving.py). Ended here but not saved yet: its end status, at once.
+        Streaming on another replica: ask over the cancel channel and watch the database for its
+        end. Already finished: nothing to do.
         """
         if isinstance(reply, Generation):
-            reply.cancel(cause)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reply.wait_done(), wait_s)
+            if reply.outcome is None:
+                reply.cancel(cause)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reply.wait_done(), wait_s)
             return reply.status.value
         if reply.is_final:
             return str(reply.status)

@@ -312,6 +312,35 @@ async def finish_message(
 
     `content=None` keeps the last flushed text; other None arguments leave their columns alone.
     """
+    statement = finish_update(
+        message_id,
+        status,
+        content=content,
+        finish_reason=finish_reason,
+        usage=usage,
+        timings=timings,
+        error=error,
+        cancel=cancel,
+        engine_request_id=engine_request_id,
+    )
+    async with transaction(sessions) as session:
+        result = await session.execute(statement)
+        return result.rowcount > 0
+
+
+def finish_update(
+    message_id: UUID,
+    status: MessageStatus | str,
+    *,
+    content: str | None = None,
+    finish_reason: str | None = None,
+    usage: Usage | None = None,
+    timings: Timings | None = None,
+    error: str | None = None,
+    cancel: CancelInfo | None = None,
+    engine_request_id: str | None = None,
+) -> Any:
+    """The UPDATE that writes a reply's final state (see `finish_message`), to batch several."""
     status = MessageStatus(status)
     if not status.is_final:
         raise ValueError(f"{status} is not a final status")
@@ -337,9 +366,7 @@ async def finish_message(
     values.update({name: value for name, value in optional.items() if value is not None})
     if timings.first_token_at is not None:
         values["first_token_at"] = _keep_first(timings.first_token_at)
-    async with transaction(sessions) as session:
-        result = await session.execute(_update_message(message_id).values(**values))
-        return result.rowcount > 0
+    return _update_message(message_id).values(**values)
 
 
 async def mark_interrupted_at_startup(sessions: Sessions, replica_id: str | None = None) -> int:
