@@ -108,3 +108,18 @@ def test_the_sidebar_is_a_drawer_on_small_screens(new_user: Callable[..., User])
     page.get_by_test_id("conversation-link").click()
     expect(sidebar).to_be_hidden()
     expect(page.get_by_test_id("conversation-title")).to_have_text("Only")
+
+
+def test_new_chat_reuses_a_conversation_that_is_still_empty(new_user: Callable[..., User]) -> None:
+    user = new_user("newchat")
+    page = ChatPage(user.page).open().page
+    items = page.get_by_test_id("conversation")
+    expect(items).to_have_count(0)
+    page.get_by_test_id("new-chat").click()
+    expect(items).to_have_count(1)
+    expect(page.get_by_test_id("composer")).to_be_focused()
+    page.get_by_test_id("new-chat").click()
+    page.wait_for_load_state("networkidle")  # a POST it should not make would be done by now
+    expect(page.get_by_test_id("composer")).to_be_focused()
+    assert len(titles(user)) == 1
+    expect(items).to_have_count(1)

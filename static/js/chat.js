@@ -269,10 +269,9 @@ async function loadConversations() {
 
 document.addEventListener("keydown", (e) => {
   if (e.key !== "Escape" || e.defaultPrevented) return;
-  if (account.open || $("#confirm-dialog").open) return; // the dialog closes itself
+  if (account.open || conversations.confirm.open) return; // the dialog closes itself
   if (sidebar.isOpen) {
-    sidebar.close();
-    $("#sidebar-toggle").focus();
+    sidebar.dismiss();
     return;
   }
   if (replies.liveFor(conversations.currentId)) {

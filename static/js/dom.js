@@ -24,7 +24,6 @@ export function h(tag, props = {}, ...children) {
 }
 
 export const $ = (selector, root = document) => root.querySelector(selector);
-export const $$ = (selector, root = document) => [...root.querySelectorAll(selector)];
 
 /** Copy text to the clipboard; resolves true on success. */
 export async function copyText(text) {

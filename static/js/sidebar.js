@@ -14,10 +14,7 @@ export class Sidebar {
   constructor({ toggle, close, backdrop, first }) {
     Object.assign(this, { toggle, backdrop, first });
     toggle.addEventListener("click", () => (this.isOpen ? this.close() : this.open()));
-    close.addEventListener("click", () => {
-      this.close();
-      toggle.focus();
-    });
+    close.addEventListener("click", () => this.dismiss());
     backdrop.addEventListener("click", () => this.close());
   }
 
@@ -30,6 +27,12 @@ export class Sidebar {
     this.toggle.setAttribute("aria-expanded", "true");
     this.backdrop.hidden = false;
     this.first.focus();
+  }
+
+  /** Close it and put the focus back on ☰ (✕ or Esc). */
+  dismiss() {
+    this.close();
+    this.toggle.focus();
   }
 
   close() {
