@@ -4,15 +4,11 @@
  */
 
 import { api } from "./api.js";
+import { showError } from "./dom.js";
 
 const form = document.getElementById("auth-form");
 const errorEl = document.getElementById("auth-error");
 const mode = form.dataset.mode === "signup" ? "signup" : "login";
-
-function showError(text) {
-  errorEl.textContent = text || "";
-  errorEl.hidden = !text;
-}
 
 /**
  * Where to go after logging in: `?next=` only when it is a page of this site. It is parsed as
@@ -43,11 +39,11 @@ function explain(err) {
 
 form.addEventListener("submit", async (e) => {
   e.preventDefault();
-  showError("");
+  showError(errorEl, "");
   const email = form.email.value.trim();
   const password = form.password.value;
   if (!email || !password) {
-    showError("Enter your email and password.");
+    showError(errorEl, "Enter your email and password.");
     (email ? form.password : form.email).focus();
     return;
   }
@@ -58,7 +54,7 @@ form.addEventListener("submit", async (e) => {
     await api.post(`/api/auth/${mode}`, { email, password });
     location.assign(nextUrl());
   } catch (err) {
-    showError(explain(err));
+    showError(errorEl, explain(err));
     form.password.select();
     form.password.focus();
   } finally {

@@ -1,4 +1,9 @@
 /**
+ * DOM helpers shared by the pages: an element builder that only ever makes text nodes of text,
+ * clipboard copy, a screen-reader announcer, dialogs, error lines and a few stroke icons.
+ */
+
+/**
  * A tiny element builder. Text always becomes text nodes; there is no way to pass markup.
  *   h("button", {class: "x", "data-testid": "send", onclick: fn}, "Send")
  */
@@ -19,7 +24,6 @@ export function h(tag, props = {}, ...children) {
 }
 
 export const $ = (selector, root = document) => root.querySelector(selector);
-export const $$ = (selector, root = document) => [...root.querySelectorAll(selector)];
 
 /** Copy text to the clipboard; resolves true on success. */
 export async function copyText(text) {
@@ -77,4 +81,32 @@ export function icon(name) {
   path.setAttribute("stroke-linejoin", "round");
   svg.append(path);
   return svg;
+}
+
+/**
+ * A function that reads `text` out to screen readers through the live region `el`. The region is
+ * emptied first and filled a moment later, so the same words said twice are announced twice.
+ */
+export function announcer(el) {
+  let timer = 0;
+  return (text) => {
+    clearTimeout(timer);
+    el.textContent = "";
+    timer = setTimeout(() => {
+      el.textContent = text;
+    }, 50);
+  };
+}
+
+/** A <dialog> that closes on its [data-close] buttons and on a click on its backdrop. */
+export function closeOnDismiss(dialog) {
+  dialog.addEventListener("click", (e) => {
+    if (e.target.closest("[data-close]") || e.target === dialog) dialog.close();
+  });
+}
+
+/** Show `text` in an error line (`el`), or hide the line when `text` is empty. */
+export function showError(el, text) {
+  el.textContent = text || "";
+  el.hidden = !text;
 }

@@ -1,4 +1,4 @@
-// A minimal DOM for node tests: just what markdown.js's toDOM uses. Setting innerHTML/outerHTML
+// A minimal DOM for node tests: just what markdown.js's nodeToDOM / renderMarkdown use. Setting innerHTML/outerHTML
 // throws, so a test fails loudly if any code path tries to parse markup.
 const TAG_NAME = /^[a-zA-Z][a-zA-Z0-9-]*$/;
 

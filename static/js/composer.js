@@ -1,0 +1,75 @@
+/**
+ * The composer: a text box that grows with its text, Enter to send (Shift+Enter for a new line),
+ * and one button that is Send, or Stop while the open conversation's reply streams. Its error
+ * line says why a message was not sent. What sending and stopping do is the page's (hooks).
+ */
+
+import { showError } from "./dom.js";
+
+export class Composer {
+  /**
+   * @param form, input, send, error  the composer's elements
+   * @param isBusy  () => true while a reply streams here (then the button stops it)
+   * @param onSend  (content, t0) with t0 = performance.now() when the user pressed Send
+   * @param onStop  ()
+   */
+  constructor({ form, input, send, error, isBusy, onSend, onStop }) {
+    Object.assign(this, { form, input, send, error, isBusy });
+
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      if (isBusy()) {
+        onStop();
+        return;
+      }
+      const content = input.value;
+      if (!content.trim()) {
+        input.focus();
+        return;
+      }
+      const t0 = performance.now();
+      input.value = "";
+      this.autosize();
+      onSend(content, t0);
+      input.focus();
+    });
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+        e.preventDefault();
+        if (!isBusy()) form.requestSubmit();
+      }
+    });
+    input.addEventListener("input", () => {
+      this.autosize();
+      if (!error.hidden) this.showError("");
+    });
+  }
+
+  showError(text) {
+    showError(this.error, text);
+  }
+
+  focus() {
+    this.input.focus();
+  }
+
+  /** A message the server refused: back in the box, unless the user has typed something since. */
+  restore(content) {
+    if (!this.input.value) this.input.value = content;
+  }
+
+  /** Send, or Stop while a reply streams. */
+  setStreaming(streaming) {
+    const send = this.send;
+    send.dataset.state = streaming ? "streaming" : "idle";
+    send.textContent = streaming ? "Stop" : "Send";
+    send.setAttribute("aria-label", streaming ? "Stop the reply" : "Send");
+    send.classList.toggle("btn-stop", streaming);
+  }
+
+  autosize() {
+    const input = this.input;
+    input.style.height = "auto";
+    input.style.height = `${Math.min(input.scrollHeight, Math.round(window.innerHeight * 0.4))}px`;
+  }
+}

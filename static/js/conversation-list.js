@@ -1,0 +1,172 @@
+/**
+ * The conversation list in the sidebar: the user's conversations, newest first, which one is
+ * open, a dot on those with a reply streaming, and rename (in place) and delete (after a confirm
+ * dialog) through the API. Opening one, and what a delete means for the open conversation, are
+ * the page's (hooks).
+ */
+
+import { api, enc } from "./api.js";
+import { $, closeOnDismiss, h, icon } from "./dom.js";
+
+export const DEFAULT_TITLE = "New chat";
+
+export function conversationTitle(c) {
+  return (c && c.title) || DEFAULT_TITLE;
+}
+
+export class ConversationList {
+  /**
+   * @param list, empty  the <ul> and its "No conversations yet" line
+   * @param confirm      the delete confirmation <dialog> (#confirm-text, #confirm-delete inside)
+   * @param isLive       (id) => true while a reply streams in that conversation
+   * @param announce     reads a short status out to screen readers
+   * @param onOpen       (id): the user picked a conversation
+   * @param onTitle      (conversation): its title changed
+   * @param onDeleting   (conversation): about to delete it (stop its reply)
+   * @param onDeleted    (conversation): it is gone from the server and the list
+   */
+  constructor({ list, empty, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted }) {
+    Object.assign(this, { list, empty, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted });
+    this.items = []; // [{id, title, created_at, updated_at}], newest first
+    this.currentId = null;
+    this.pendingDelete = null;
+    closeOnDismiss(confirm);
+    $("#confirm-delete", confirm).addEventListener("click", () => this.deleteConfirmed());
+  }
+
+  find(id) {
+    return this.items.find((c) => c.id === id);
+  }
+
+  /** A conversation started on this page (it goes on top). */
+  add(c) {
+    this.items.unshift(c);
+  }
+
+  forget(id) {
+    this.items = this.items.filter((c) => c.id !== id);
+  }
+
+  /** A reply started in this conversation: move it to the top, and pick up the server's title. */
+  touch(id, content) {
+    const idx = this.items.findIndex((c) => c.id === id);
+    if (idx === -1) return;
+    const [c] = this.items.splice(idx, 1);
+    c.updated_at = new Date().toISOString();
+    if (content && (!c.title || c.title === DEFAULT_TITLE)) c.title = [...content].slice(0, 80).join(""); // code points, as the server cuts it
+    this.items.unshift(c);
+    this.render();
+    this.onTitle(c);
+  }
+
+  render() {
+    const items = this.items.map((c) => {
+      const title = conversationTitle(c);
+      const current = c.id === this.currentId;
+      const link = h(
+        "a",
+        {
+          class: "conv-link", href: `#${c.id}`, "data-testid": "conversation-link",
+          "aria-current": current ? "page" : null,
+          onclick: (e) => {
+            e.preventDefault();
+            this.onOpen(c.id);
+          },
+        },
+        h("span", { class: "conv-title-text" }, title),
+      );
+      const item = h(
+        "li",
+        { class: `conversation${current ? " is-current" : ""}`, "data-testid": "conversation", "data-conversation-id": c.id },
+        link,
+        h("span", { class: "live-dot", "aria-hidden": "true", title: "Replying" }),
+        h("span", { class: "conv-actions" },
+          h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "rename-conversation", "aria-label": `Rename “${title}”`, title: "Rename", onclick: () => this.startRename(item, c) }, icon("pencil")),
+          h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "delete-conversation", "aria-label": `Delete “${title}”`, title: "Delete", onclick: () => this.confirmDelete(c) }, icon("trash")),
+        ),
+      );
+      if (this.isLive(c.id)) item.classList.add("is-streaming");
+      return item;
+    });
+    this.list.replaceChildren(...items);
+    this.empty.hidden = this.items.length > 0;
+  }
+
+  /** The dot on each conversation whose reply is streaming. */
+  markStreaming() {
+    for (const item of this.list.children) {
+      item.classList.toggle("is-streaming", this.isLive(item.dataset.conversationId));
+    }
+  }
+
+  showLoadError(text) {
+    this.empty.textContent = text;
+    this.empty.hidden = false;
+  }
+
+  startRename(item, c) {
+    const input = h("input", {
+      class: "rename-input", "data-testid": "rename-input", "aria-label": "New title", maxlength: "500",
+    });
+    input.value = conversationTitle(c);
+    let done = false;
+    const finish = async (save) => {
+      if (done) return;
+      done = true;
+      const title = input.value.trim();
+      if (save && title && title !== c.title) {
+        try {
+          const updated = await api.patch(`/api/conversations/${enc(c.id)}`, { title });
+          c.title = updated?.title ?? title;
+          this.onTitle(c);
+          this.announce("Conversation renamed.");
+        } catch (err) {
+          this.announce(`Could not rename: ${err.detail || err.message}`);
+        }
+      }
+      this.render();
+      this.list.querySelector(`[data-conversation-id="${CSS.escape(c.id)}"] [data-testid=rename-conversation]`)?.focus();
+    };
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter") {
+        e.preventDefault();
+        finish(true);
+      } else if (e.key === "Escape") {
+        e.preventDefault();
+        e.stopPropagation();
+        finish(false);
+      }
+    });
+    input.addEventListener("blur", () => finish(true));
+    item.replaceChildren(input);
+    input.focus();
+    input.select();
+  }
+
+  confirmDelete(c) {
+    this.pendingDelete = c;
+    $("#confirm-text", this.confirm).textContent = `“${conversationTitle(c)}” and all its messages will be deleted.`;
+    this.confirm.showModal();
+    $("#confirm-delete", this.confirm).focus();
+  }
+
+  async deleteConfirmed() {
+    const c = this.pendingDelete;
+    this.confirm.close();
+    if (!c) return;
+    this.pendingDelete = null;
+    this.onDeleting(c);
+    try {
+      await api.del(`/api/conversations/${enc(c.id)}`);
+    } catch (err) {
+      if (err.status !== 404) {
+        this.announce(`Could not delete: ${err.detail || err.message}`);
+        return;
+      }
+    }
+    this.forget(c.id);
+    this.render();
+    this.announce("Conversation deleted.");
+    this.onDeleted(c);
+  }
+}

@@ -1,0 +1,176 @@
+/**
+ * The page's replies: send, regenerate, retry, resume and Stop, one live reply per conversation.
+ * Each runs a ReplyStream (stream.js) over the chosen transport and keeps its MessageView up to
+ * date; a reply keeps streaming while the user looks at another conversation, and its view is
+ * shown again when they come back (`liveFor`).
+ */
+
+import { api, enc } from "./api.js";
+import { MessageView, BADGES } from "./message-view.js";
+import { FINAL_STATUSES, ReplyState } from "./reply.js";
+import { ReplyStream } from "./stream.js";
+
+export class Replies {
+  /**
+   * @param list       the MessageList the views go into
+   * @param composer   the Composer (its error line; a refused message goes back into it)
+   * @param transport  () => the transport a new reply uses
+   * @param announce   reads a short status out to screen readers
+   * @param onStarted  (conversationId, content or null): the server took the message
+   * @param onLive     (): a reply started or ended (Send/Stop, the list's dots)
+   */
+  constructor({ list, composer, transport, announce, onStarted, onLive }) {
+    Object.assign(this, { list, composer, transport, announce, onStarted, onLive });
+    this.live = new Map(); // conversationId -> {stream, view, userView}
+  }
+
+  liveFor(conversationId) {
+    return this.live.get(conversationId) || null;
+  }
+
+  /** The browser went offline: drop every connection now, and resume once back online. */
+  interruptAll() {
+    for (const live of this.live.values()) live.stream.interrupt();
+  }
+
+  stop(conversationId) {
+    const live = this.liveFor(conversationId);
+    if (live) live.stream.stop();
+    return !!live;
+  }
+
+  /**
+   * Run a reply's stream and keep its view up to date.
+   * @param request  {kind: "send", conversationId, content}, {kind: "regenerate", messageId} or
+   *                 {kind: "resume"}
+   * @param replaces the reply a regenerate replaces: back in its place if the server refuses
+   * @param t0       performance.now() when the user pressed Send (for the page's TTFT), or null
+   */
+  run({ conversationId, view, userView = null, replaces = null, request, t0 = null }) {
+    const { list, composer, announce } = this;
+    const transport = this.transport();
+    const reply = view.reply;
+    reply.status = "streaming";
+    reply.error = null;
+    view.transport = transport.name;
+    view.update();
+    let ttft = null;
+    const stream = new ReplyStream({
+      transport,
+      request,
+      state: reply,
+      hooks: {
+        onStart: (s) => {
+          view.setMessageId(s.messageId);
+          if (userView) {
+            userView.setMessageId(s.userMessageId);
+            userView.reply.status = "completed";
+            userView.update();
+          }
+          view.setReconnecting(null);
+          this.onStarted(conversationId, request.kind === "send" ? request.content : null);
+        },
+        onFirstDelta() {
+          if (t0 != null) {
+            ttft = performance.now() - t0;
+            reply.clientTtftMs = Math.round(ttft);
+          }
+        },
+        onText() {
+          if (view.reconnecting) view.setReconnecting(null);
+          view.scheduleRender();
+        },
+        onReconnecting(_s, info) {
+          view.setReconnecting(info);
+          announce(info.offline ? "You are offline. The reply will resume when you are back." : "Connection lost. Reconnecting…");
+        },
+        onStopping() {
+          view.stopping = true;
+          view.update();
+        },
+        onRejected(s, err) {
+          if (replaces) view.el.replaceWith(replaces.el);
+          else view.el.remove();
+          userView?.el.remove();
+          list.updateEmptyState();
+          if (request.kind === "send") composer.restore(request.content);
+          composer.showError(s.error || err.message);
+          announce(`Not sent: ${s.error || err.message}`);
+        },
+        onFinal(s) {
+          view.finish();
+          if (userView && userView.reply.status === "sending") {
+            userView.reply.status = s.notSent ? "failed" : "completed";
+            userView.update();
+          }
+          if (ttft != null && s.messageId && FINAL_STATUSES.has(s.status)) {
+            // Fire and forget: the page's TTFT, next to the engine's, shows a buffering proxy.
+            api.post(`/api/messages/${enc(s.messageId)}/client-metrics`, { ttft_ms: Math.round(ttft) }).catch(() => {});
+          }
+          const label = BADGES[s.status]?.[0];
+          announce(label ? `Reply ${label}.` : "Reply finished.");
+        },
+      },
+    });
+    view.stream = stream;
+    this.live.set(conversationId, { stream, view, userView });
+    this.onLive();
+    return stream.run().finally(() => {
+      if (this.live.get(conversationId)?.stream === stream) this.live.delete(conversationId);
+      this.onLive();
+    });
+  }
+
+  /** Send `content` in an existing conversation: the user's message and the reply appear below. */
+  async send(conversationId, content, { t0 = performance.now() } = {}) {
+    const userView = new MessageView("user", { text: content, status: "sending", messageId: null });
+    const view = new MessageView("assistant", new ReplyState({ conversationId }));
+    this.list.append(userView);
+    this.list.append(view);
+    this.list.scrollToBottom();
+    this.announce("Sent. The assistant is replying.");
+    await this.run({ conversationId, view, userView, request: { kind: "send", conversationId, content }, t0 });
+  }
+
+  /** Answer the latest reply's question again: the new reply takes its place (server and page). */
+  regenerate(conversationId, view) {
+    if (this.liveFor(conversationId)) return;
+    if (!view.reply.messageId || !this.list.isLatest(view)) {
+      this.composer.showError("Only the latest reply can be regenerated.");
+      return;
+    }
+    this.composer.showError("");
+    const fresh = new MessageView("assistant", new ReplyState({ conversationId }));
+    view.el.replaceWith(fresh.el);
+    this.list.scrollToBottom();
+    this.announce("Regenerating the reply.");
+    return this.run({
+      conversationId,
+      view: fresh,
+      replaces: view,
+      request: { kind: "regenerate", messageId: view.reply.messageId },
+      t0: performance.now(),
+    });
+  }
+
+  /** Retry a failed or truncated reply: resume it, send its words again, or regenerate it. */
+  retry(conversationId, view) {
+    const r = view.reply;
+    if (this.liveFor(conversationId)) return;
+    if (r.status === "truncated" && r.messageId) {
+      // The server may still have the rest: resume from what we have.
+      this.run({ conversationId, view, request: { kind: "resume" } });
+      return;
+    }
+    const prompt = this.list.promptFor(view);
+    if (r.notSent && prompt) {
+      // Nothing reached the server (as far as we know): send the same words again, in place.
+      prompt.el.remove();
+      view.el.remove();
+      this.composer.showError("");
+      this.send(conversationId, prompt.text);
+      return;
+    }
+    this.regenerate(conversationId, view);
+  }
+}
