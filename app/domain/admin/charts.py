@@ -29,7 +29,7 @@ def _svg(body: str, title: str, width: int = WIDTH) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {HEIGHT}" '
         f'role="img" aria-label="{escape(title)}" class="chart">'
-        f"<title>{escape(title)}</title>"  # styled by static/css/app.css (no inline style: CSP)
+        f"<title>{escape(title)}</title>"  # styled by static/css/admin.css (no inline style: CSP)
         f'<text x="{MARGIN_LEFT}" y="12" class="chart-title">{escape(title)}</text>{body}</svg>'
     )
 
