@@ -10,7 +10,7 @@ import asyncio
 
 from app.engine.base import SamplingParams
 from app.engine.synthetic import SyntheticEngine
-from app.streaming.events import Status
+from app.streaming.events import Final, Status
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
 from app.streaming.saving import FinalSaver
@@ -159,3 +159,22 @@ async def test_shutdown_interrupts_live_replies_and_saves_their_ends(
         saved = recorder.finals[generation.message_id]
         assert saved.status is Status.INTERRUPTED and saved.text == generation.text() != ""
     assert manager.live() == []
+
+
+async def test_keepalives_flow_while_the_final_waits_for_the_save(
+    manager: GenerationManager, recorder: MemoryRecorder
+) -> None:
+    recorder.gate.clear()
+    generation = start_reply(manager, tokens=10, final_wait_s=3600)
+    subscriber = manager.subscribe(generation, transport="sse")
+    heartbeats_while_saving = 0
+    final = None
+    async for event in subscriber.events(0.01):
+        if event is None and generation.saving:  # a heartbeat (None) while the save is pending
+            heartbeats_while_saving += 1
+            recorder.gate.set()  # now let the database answer
+        if isinstance(event, Final):
+            final = event
+    subscriber.close()
+    assert heartbeats_while_saving >= 1
+    assert final is not None and final.saved is True
