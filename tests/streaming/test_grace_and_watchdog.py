@@ -128,3 +128,17 @@ async def test_a_stuck_subscriber_does_not_abort_a_reply_someone_else_follows(
     assert final is not None and final.status is Status.COMPLETED
     assert stuck not in generation.subscribers, "the watchdog dropped the stuck one meanwhile"
     stuck.close()
+
+
+async def test_a_client_following_through_another_replica_keeps_restarting_the_grace(
+    manager: GenerationManager,
+) -> None:
+    generation = start_reply(manager, tokens=1500, grace_s=0.25)  # lasts several grace periods
+    subscriber = manager.subscribe(generation, transport="sse")
+    await _take_first_delta(subscriber)
+    subscriber.close()
+    while generation.outcome is None:  # another replica reports the client often
+        generation.followed_elsewhere()
+        await asyncio.sleep(0.02)
+    assert generation.cancel_cause is None
+    assert generation.outcome.status is Status.COMPLETED
