@@ -9,13 +9,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from app.streaming.events import CancelCause
+from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
 from tests.streaming.core import MemoryRecorder, ended, start_reply
 
 LONG = 100_000
 
 
-async def _some_text(*generations) -> None:  # type: ignore[no-untyped-def]
+async def _some_text(*generations: Generation) -> None:
     for generation in generations:
         while generation.length == 0:  # noqa: ASYNC110 -- the engine's first step
             await asyncio.sleep(0.001)

@@ -11,12 +11,14 @@ from collections.abc import Awaitable, Callable
 
 from app.streaming.events import CancelCause, Delta, Final, Start, Status
 from app.streaming.manager import GenerationManager
+from app.streaming.subscriber import Subscriber
 from tests.streaming.core import ended, read_all, split, start_reply
 
 LONG = 100_000  # tokens: a reply that does not end on its own during a test
 
 
-async def _take_first_delta(subscriber) -> None:  # type: ignore[no-untyped-def]
+async def _take_first_delta(subscriber: Subscriber) -> None:
+    """Read until the first text, then leave the iterator (the connection stays open)."""
     events = subscriber.events(0.01)
     async for event in events:
         if isinstance(event, Delta):
