@@ -51,7 +51,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,6 +69,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.live_server import LiveServer  # noqa: E402
+
 PASSWORD = "bench password 1234"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TOPICS = (
@@ -85,12 +86,6 @@ TOPICS = (
 
 
 # -- the server process -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def proc_cpu_s(pid: int, tid: int | None = None) -> float:
@@ -139,68 +134,21 @@ def proc_socket_count(pid: int) -> int:
     return n
 
 
-class Server:
-    """One uvicorn process serving `app.web.app:create_app` on a free port, with its own env."""
+class Server(LiveServer):
+    """One uvicorn process serving `app.web.app:create_app` on a free port, with its own env:
+    tests/live_server.py's LiveServer (the project's one launcher) with the benchmarks' settings."""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.port = free_port()
         # every stream of these benchmarks belongs to one user: lift the per-user reply cap
-        base = {"PYTHONUNBUFFERED": "1", "SECRET_KEY": "bench", "MAX_REPLIES_PER_USER": "0"}
-        self.env = {**os.environ, **base, **env}
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, ready_timeout_s: float = 240.0) -> Server:
-        with self.log_path.open("ab") as log:
-            done = subprocess.run(
-                [sys.executable, "-m", "app.cli", "db", "upgrade"],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
-            )
-        if done.returncode != 0:
-            raise RuntimeError(f"migrations failed; see {self.log_path}")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "app.web.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--timeout-graceful-shutdown",
-                "5",
-            ],
-            cwd=ROOT,
-            env=self.env,
-            stdout=self.log_path.open("ab"),
-            stderr=subprocess.STDOUT,
+        base = {"SECRET_KEY": "bench", "MAX_REPLIES_PER_USER": "0"}
+        super().__init__(
+            {**base, **env},
+            log_path,
+            ready_timeout_s=240.0,
+            cwd=ROOT,  # read when the server is made: bench/final_save.py points it elsewhere
+            graceful_shutdown_s=5.0,
+            name="bench server",
         )
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"the server exited ({self.proc.returncode}); see {self.log_path}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return self
-            time.sleep(0.2)
-        raise RuntimeError(f"the server did not get ready in {ready_timeout_s:.0f} s")
 
     def errors(self) -> Counter[str]:
         """Exceptions in the server's log (`module.SomeError: message` lines), counted."""
@@ -223,15 +171,8 @@ class Server:
     def rss_mb(self) -> float:
         return proc_rss_mb(self.pid)
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        return super().stop(timeout_s)
 
 
 def sqlite_url(folder: Path) -> str:

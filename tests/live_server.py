@@ -15,6 +15,9 @@ clients or crashes is tested against a real server on a free port:
 Every server writes its output to `log_path`; `LiveServer.active` lists the running ones so that a
 test harness can attach their logs to a failure report (see tests/serving/conftest.py).
 
+It is the one server launcher of the project: the ops tests run the Procfile's command through it
+(`command=`, tests/ops/harness.py) and the benchmarks their own settings (bench/serving_overhead.py).
+
 `SseReader` parses `text/event-stream` by hand (comments included, with arrival times), because
 keepalive comments and the timing of each event are part of what the tests check.
 """
@@ -32,7 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -110,7 +113,10 @@ class ServerError(RuntimeError):
 
 
 class LiveServer:
-    """One uvicorn process running `app.web.app:create_app` with the given environment."""
+    """One uvicorn process running `app.web.app:create_app` with the given environment.
+
+    `command` replaces the uvicorn command line (the ops tests run the Procfile's `web:` line);
+    `cwd` is the source tree it runs from (a benchmark may compare another checkout)."""
 
     active: ClassVar[list[LiveServer]] = []
 
@@ -122,12 +128,20 @@ class LiveServer:
         port: int | None = None,
         migrate: bool = True,
         ready_timeout_s: float = 120.0,
+        command: Sequence[str] | None = None,
+        cwd: Path = PROJECT_ROOT,
+        graceful_shutdown_s: float = 3.0,
+        name: str = "server",
     ) -> None:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "SECRET_KEY": "live-test", **env}
         self.log_path = log_path
         self.port = port or free_port()
         self.migrate = migrate
         self.ready_timeout_s = ready_timeout_s
+        self.command = list(command) if command is not None else None
+        self.cwd = cwd
+        self.graceful_shutdown_s = graceful_shutdown_s
+        self.name = name
         self.process: subprocess.Popen[bytes] | None = None
         self._mark = 0  # log offset where the current test began
 
@@ -156,7 +170,7 @@ class LiveServer:
             log.flush()
             done = subprocess.run(
                 [sys.executable, "-m", "app.cli", "db", "upgrade"],
-                cwd=PROJECT_ROOT,
+                cwd=self.cwd,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -166,31 +180,48 @@ class LiveServer:
         if done.returncode != 0:
             raise ServerError(f"migrations failed ({done.returncode}):\n{self.log_tail()}")
 
+    def argv(self) -> list[str]:
+        if self.command is not None:
+            return self.command
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "app.web.app:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--timeout-graceful-shutdown",
+            f"{self.graceful_shutdown_s:g}",
+        ]
+
     def start(self) -> LiveServer:
         """Migrate (first time only), start uvicorn, return once GET /readyz answers 200."""
+        self.spawn()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def spawn(self) -> LiveServer:
+        """Migrate (first time only) and start the process, without waiting for it to be ready
+        (start several, then `wait_ready` each: they boot in parallel)."""
         if self.running:
             raise ServerError("already running")
         if self.migrate:
             self.run_migrations()
             self.migrate = False
+        argv = self.argv()
         with self.log_path.open("ab") as log:
-            log.write(f"\n=== uvicorn on port {self.port} ===\n".encode())
+            log.write(f"\n=== {self.name} on port {self.port}: {' '.join(argv)} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--factory",
-                    "app.web.app:create_app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--timeout-graceful-shutdown",
-                    "3",
-                ],
-                cwd=PROJECT_ROOT,
+                argv,
+                cwd=self.cwd,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -198,15 +229,13 @@ class LiveServer:
             )
         if self not in LiveServer.active:
             LiveServer.active.append(self)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
         return self
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout_s
+    def wait_ready(self, timeout_s: float | None = None) -> LiveServer:
+        """Until GET /readyz answers 200; ServerError (with the log's tail) if the process exits
+        or `timeout_s` (default: `ready_timeout_s`) passes first."""
+        timeout_s = self.ready_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         last = "no answer"
         while time.monotonic() < deadline:
             assert self.process is not None
@@ -217,12 +246,12 @@ class LiveServer:
             try:
                 response = httpx.get(f"{self.url}/readyz", timeout=2.0)
                 if response.status_code == 200:
-                    return
+                    return self
                 last = f"{response.status_code} {response.text}"
             except httpx.HTTPError as exc:
                 last = repr(exc)
             time.sleep(0.1)
-        raise ServerError(f"not ready after {self.ready_timeout_s} s ({last}):\n{self.log_tail()}")
+        raise ServerError(f"not ready after {timeout_s} s ({last}):\n{self.log_tail()}")
 
     def kill(self) -> None:
         """SIGKILL: the process dies mid-whatever, as in a crash or an OOM kill."""
@@ -231,18 +260,34 @@ class LiveServer:
             self.process.wait(timeout=10)
         self.process = None
 
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM (a graceful shutdown), then SIGKILL if it is still there after `timeout_s`."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self.process = None
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM (a graceful shutdown), then SIGKILL to its process group if it is still there
+        after `timeout_s`. Returns its exit code (None if it was not running)."""
+        process, self.process = self.process, None
         if self in LiveServer.active:
             LiveServer.active.remove(self)
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)  # its own group: start_new_session
+                process.wait(timeout=10)
+        return process.returncode
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None, "the server is not running"
+        self.process.send_signal(signum)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """Wait for the process to exit by itself (after `signal`); returns its exit code."""
+        assert self.process is not None, "the server is not running"
+        code = self.process.wait(timeout=timeout_s)
+        self.stop()
+        return code
 
     def restart(self) -> LiveServer:
         self.stop()

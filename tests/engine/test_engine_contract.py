@@ -18,15 +18,14 @@ from app.engine.base import (
     DuplicateRequestError,
     Engine,
     EngineError,
-    EngineEvent,
     EngineUnavailableError,
-    Finished,
     FinishReason,
     PromptTooLongError,
     SamplingParams,
     TextDelta,
 )
 from app.settings import EngineSettings
+from tests.engine.streams import collect
 from tests.engine.test_trtllm_fake import install_fake
 from tests.fakes import tensorrt_llm as fake_trt
 
@@ -63,20 +62,6 @@ async def engine(
     await eng.start()
     yield eng
     await eng.shutdown()
-
-
-async def collect(stream: AsyncIterator[EngineEvent]) -> tuple[str, list[TextDelta], Finished]:
-    deltas: list[TextDelta] = []
-    finished: list[Finished] = []
-    async for event in stream:
-        assert not finished, "nothing may follow Finished"
-        if isinstance(event, TextDelta):
-            deltas.append(event)
-        else:
-            assert isinstance(event, Finished)
-            finished.append(event)
-    assert len(finished) == 1
-    return "".join(d.text for d in deltas), deltas, finished[0]
 
 
 async def wait_idle(engine: Engine) -> None:

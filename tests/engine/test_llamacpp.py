@@ -28,6 +28,7 @@ from app.engine.llamacpp_prefix_cache import PrefixCache, common_prefix_len
 from app.engine.llamacpp_scheduler import Scheduler, Sequence
 from app.engine.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
 from app.settings import EngineSettings
+from tests.engine.streams import collect
 
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the engine fixture lives on it
 
@@ -49,20 +50,6 @@ QUESTIONS = [
 
 def chat(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
-
-
-async def collect(stream: AsyncIterator[object]) -> tuple[str, Finished, list[TextDelta]]:
-    deltas: list[TextDelta] = []
-    finished: Finished | None = None
-    async for event in stream:
-        assert finished is None, "nothing may follow Finished"
-        if isinstance(event, TextDelta):
-            deltas.append(event)
-        else:
-            assert isinstance(event, Finished)
-            finished = event
-    assert finished is not None
-    return "".join(d.text for d in deltas), finished, deltas
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -286,7 +273,7 @@ async def test_a_budget_smaller_than_the_sequence_ids_works() -> None:
         results = await asyncio.gather(*(run(eng, f"tiny-{i}", q) for i, q in enumerate(QUESTIONS)))
     finally:
         await eng.shutdown()
-    assert all(fin.reason in (FinishReason.LENGTH, FinishReason.STOP) for _, fin, _ in results)
+    assert all(fin.reason in (FinishReason.LENGTH, FinishReason.STOP) for _, _, fin in results)
 
 
 @module_loop
@@ -297,8 +284,8 @@ async def test_generate_before_start_is_unavailable() -> None:
 
 @module_loop
 async def test_greedy_is_deterministic(engine: LlamaCppEngine) -> None:
-    text1, fin1, deltas = await run(engine, "det-1", QUESTIONS[0])
-    text2, fin2, _ = await run(engine, "det-2", QUESTIONS[0])
+    text1, deltas, fin1 = await run(engine, "det-1", QUESTIONS[0])
+    text2, _, fin2 = await run(engine, "det-2", QUESTIONS[0])
     assert text1 and text1 == text2
     assert fin1.reason == fin2.reason
     assert fin1.completion_tokens == fin2.completion_tokens
@@ -308,7 +295,7 @@ async def test_greedy_is_deterministic(engine: LlamaCppEngine) -> None:
 @module_loop
 async def test_finished_carries_counts_and_times(engine: LlamaCppEngine) -> None:
     before = time.time()
-    _, fin, _ = await run(
+    _, _, fin = await run(
         engine, "times", QUESTIONS[1], SamplingParams(max_tokens=4, temperature=0)
     )
     assert fin.reason is FinishReason.LENGTH
@@ -366,10 +353,10 @@ async def test_concurrent_requests_match_each_alone() -> None:
         )
     finally:
         await eng.shutdown()
-    assert all(fin.reason is FinishReason.LENGTH for _, fin, _ in alone), (
+    assert all(fin.reason is FinishReason.LENGTH for _, _, fin in alone), (
         "an early EOS: pick others"
     )
-    for i, (text, fin, _) in enumerate(together):
+    for i, (text, _, fin) in enumerate(together):
         assert fin.reason is FinishReason.LENGTH
         assert text == alone[i][0], f"request {i} differs when batched"
     assert len({text for text, _, _ in alone}) == len(STORIES)
@@ -381,7 +368,7 @@ async def test_concurrent_requests_with_chunked_prefill_all_finish(engine: Llama
     results = await asyncio.gather(
         *(run(engine, f"chunked-{i}", q, params) for i, q in enumerate(QUESTIONS))
     )
-    for text, fin, _ in results:
+    for text, _, fin in results:
         assert fin.reason in (FinishReason.LENGTH, FinishReason.STOP)
         assert text and fin.completion_tokens <= 24
     await wait_idle(engine)
@@ -405,7 +392,7 @@ async def test_a_long_prompt_does_not_freeze_running_streams(engine: LlamaCppEng
                 runner_tokens += len(event.token_ids)
 
     counter = asyncio.create_task(count_runner())
-    _, fin, _ = await collect(long)
+    _, _, fin = await collect(long)
     during = runner_tokens
     engine.abort("runner")
     await counter
@@ -430,7 +417,7 @@ async def test_abort_mid_way_cancels_and_frees_the_slot_on_the_next_step(
     steps_at_abort = stats.steps
     engine.abort("abort-victim")
     engine.abort("abort-victim")  # idempotent
-    _, fin, _ = await collect(victim)
+    _, _, fin = await collect(victim)
     after = engine.stats()
     assert fin.reason is FinishReason.CANCELLED
     assert 3 <= fin.completion_tokens < 400
@@ -449,7 +436,7 @@ async def test_abort_mid_way_cancels_and_frees_the_slot_on_the_next_step(
 
 @module_loop
 async def test_max_tokens_ends_with_length(engine: LlamaCppEngine) -> None:
-    _, fin, _ = await run(engine, "len", QUESTIONS[2], SamplingParams(max_tokens=7, temperature=0))
+    _, _, fin = await run(engine, "len", QUESTIONS[2], SamplingParams(max_tokens=7, temperature=0))
     assert fin.reason is FinishReason.LENGTH
     assert fin.completion_tokens == 7
 
@@ -462,7 +449,7 @@ async def test_stop_string_ends_with_stop_and_is_cut(engine: LlamaCppEngine) -> 
     assert len(words) >= 4, full
     stop = " " + words[3]  # spans a token boundary or not; either way it must be cut
     cut = full[: full.index(stop)]
-    text, fin, _ = await run(
+    text, _, fin = await run(
         engine, "stop", QUESTIONS[6], SamplingParams(max_tokens=32, temperature=0.0, stop=(stop,))
     )
     assert fin.reason is FinishReason.STOP
@@ -472,7 +459,7 @@ async def test_stop_string_ends_with_stop_and_is_cut(engine: LlamaCppEngine) -> 
 
 @module_loop
 async def test_end_of_sequence_ends_with_stop(engine: LlamaCppEngine) -> None:
-    text, fin, _ = await run(
+    text, _, fin = await run(
         engine, "eos", "Reply with just the word yes.", SamplingParams(max_tokens=64, temperature=0)
     )
     assert fin.reason is FinishReason.STOP, text
@@ -515,7 +502,7 @@ async def test_prompt_over_the_context_is_refused(engine: LlamaCppEngine) -> Non
 async def test_max_tokens_is_capped_by_the_context(engine: LlamaCppEngine) -> None:
     words = "apple " * 470
     stream = engine.generate("cap", chat(words), SamplingParams(max_tokens=400, temperature=0))
-    _, fin, _ = await collect(stream)
+    _, _, fin = await collect(stream)
     assert fin.prompt_tokens + fin.completion_tokens <= engine.context_size
     if fin.reason is FinishReason.LENGTH:
         assert fin.prompt_tokens + fin.completion_tokens == engine.context_size
@@ -546,11 +533,11 @@ async def test_a_failing_step_ends_every_stream_with_error_and_the_engine_recove
 
     monkeypatch.setattr(native, "decode", flaky_decode)
     results = await asyncio.gather(*(run(engine, f"err-{i}", QUESTIONS[i]) for i in range(3)))
-    errors = [fin for _, fin, _ in results if fin.reason is FinishReason.ERROR]
+    errors = [fin for _, _, fin in results if fin.reason is FinishReason.ERROR]
     assert errors and all("injected failure" in (fin.error or "") for fin in errors)
     await wait_idle(engine)
     assert engine.stats().kv_used == 0
-    _, fin, _ = await run(engine, "after-error", QUESTIONS[0])
+    _, _, fin = await run(engine, "after-error", QUESTIONS[0])
     assert fin.reason in (FinishReason.LENGTH, FinishReason.STOP)
 
 
@@ -558,10 +545,10 @@ async def test_a_failing_step_ends_every_stream_with_error_and_the_engine_recove
 async def test_prefix_cache_reuses_the_previous_turn(engine: LlamaCppEngine) -> None:
     params = SamplingParams(max_tokens=12, temperature=0.0)
     first = [{"role": "user", "content": "Name a large animal that lives in the ocean."}]
-    reply, fin1, _ = await collect(engine.generate("turn-1", first, params))
+    reply, _, fin1 = await collect(engine.generate("turn-1", first, params))
     before = engine.stats().extra["prefix_reused_tokens"]
     second = [*first, {"role": "assistant", "content": reply}, {"role": "user", "content": "Why?"}]
-    _, fin2, _ = await collect(engine.generate("turn-2", second, params))
+    _, _, fin2 = await collect(engine.generate("turn-2", second, params))
     reused = engine.stats().extra["prefix_reused_tokens"] - before
     # the whole first prompt, and most of the reply as the template re-tokenises it
     assert reused >= fin1.prompt_tokens, (reused, fin1.prompt_tokens, fin2.prompt_tokens)
@@ -597,7 +584,7 @@ async def test_another_owners_identical_prompt_is_prefilled_in_full(
 
     async def reused_by(rid: str, owner: str) -> tuple[int, Finished]:
         before = engine.stats().extra["prefix_reused_tokens"]
-        _, fin, _ = await collect(engine.generate(rid, secret, params, owner=owner))
+        _, _, fin = await collect(engine.generate(rid, secret, params, owner=owner))
         return int(engine.stats().extra["prefix_reused_tokens"] - before), fin
 
     await reused_by("alice-1", "alice")
@@ -635,7 +622,7 @@ async def test_a_greedy_reply_does_not_change_with_other_users_traffic() -> None
     params = SamplingParams(max_tokens=48, temperature=0.0)
     question = chat("What is the capital of France?")
     try:
-        first, fin, _ = await collect(eng.generate("alice-1", question, params, owner="alice"))
+        first, _, fin = await collect(eng.generate("alice-1", question, params, owner="alice"))
         others = SamplingParams(max_tokens=150, temperature=0.0)
         await asyncio.gather(
             *(
@@ -679,14 +666,14 @@ async def test_aborting_a_waiting_request_ends_it_at_once() -> None:
         assert isinstance(first, TextDelta)
         assert eng.stats().waiting == 1
         eng.abort("waiter")
-        _, fin, deltas = await asyncio.wait_for(collect(waiter), timeout=5)
+        _, deltas, fin = await asyncio.wait_for(collect(waiter), timeout=5)
         assert fin.reason is FinishReason.CANCELLED
         assert (fin.completion_tokens, fin.first_token_at, deltas) == (0, None, [])
         assert fin.admitted_at is None
         assert eng.stats().running == 1 and eng.stats().waiting == 0
     finally:
         await eng.shutdown()
-    _, fin, _ = await collect(runner)
+    _, _, fin = await collect(runner)
     assert fin.reason is FinishReason.CANCELLED
 
 
@@ -699,7 +686,7 @@ async def test_shutdown_ends_every_open_request() -> None:
     assert isinstance(await anext(aiter(streams[0])), TextDelta)
     await asyncio.wait_for(eng.shutdown(), timeout=10)
     results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), timeout=5)
-    assert [fin.reason for _, fin, _ in results] == [FinishReason.CANCELLED] * 4
+    assert [fin.reason for _, _, fin in results] == [FinishReason.CANCELLED] * 4
     with pytest.raises(EngineUnavailableError):
         eng.generate("late", chat("hi"), GREEDY)
     await eng.shutdown()  # idempotent

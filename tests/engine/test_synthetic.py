@@ -14,9 +14,7 @@ from app.engine.base import (
     DuplicateRequestError,
     Engine,
     EngineError,
-    EngineEvent,
     EngineUnavailableError,
-    Finished,
     FinishReason,
     PromptTooLongError,
     SamplingParams,
@@ -24,6 +22,7 @@ from app.engine.base import (
 )
 from app.engine.synthetic import SyntheticEngine, prompt_token_count, render_prompt
 from app.settings import EngineSettings
+from tests.engine.streams import collect
 
 FAST = EngineSettings(
     kind="synthetic",
@@ -35,19 +34,6 @@ FAST = EngineSettings(
 
 def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
-
-
-async def collect(stream: AsyncIterator[EngineEvent]) -> tuple[str, list[TextDelta], Finished]:
-    deltas: list[TextDelta] = []
-    finished: list[Finished] = []
-    async for event in stream:
-        assert not finished, "nothing may follow Finished"
-        if isinstance(event, TextDelta):
-            deltas.append(event)
-        else:
-            finished.append(event)
-    assert len(finished) == 1
-    return "".join(d.text for d in deltas), deltas, finished[0]
 
 
 @pytest.fixture

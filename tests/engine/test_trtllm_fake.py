@@ -23,7 +23,6 @@ from app.engine.base import (
     EngineError,
     EngineEvent,
     EngineUnavailableError,
-    Finished,
     FinishReason,
     PromptTooLongError,
     SamplingParams,
@@ -31,6 +30,7 @@ from app.engine.base import (
 )
 from app.engine.trtllm import SINGLE_PROCESS_ENV, TrtLlmEngine, TrtLlmUnavailableError
 from app.settings import EngineSettings
+from tests.engine.streams import collect
 from tests.fakes import tensorrt_llm as fake
 from tests.fakes.tensorrt_llm import executor as fake_executor
 from tests.fakes.tensorrt_llm import llmapi as fake_llmapi
@@ -78,19 +78,6 @@ async def engine(fake_trt: type[fake.LLM]) -> AsyncIterator[TrtLlmEngine]:
 def the_llm() -> fake.LLM:
     assert len(fake.LLM.instances) == 1
     return fake.LLM.instances[0]
-
-
-async def collect(stream: AsyncIterator[EngineEvent]) -> tuple[str, list[TextDelta], Finished]:
-    deltas: list[TextDelta] = []
-    finished: list[Finished] = []
-    async for event in stream:
-        assert not finished, "nothing may follow Finished"
-        if isinstance(event, TextDelta):
-            deltas.append(event)
-        else:
-            finished.append(event)
-    assert len(finished) == 1
-    return "".join(d.text for d in deltas), deltas, finished[0]
 
 
 async def test_trtllm_adapter_against_fake_streams_text(engine: TrtLlmEngine) -> None:

@@ -1,7 +1,8 @@
 """Real processes for the ops tests: app replicas started from the Procfile, nginx from deploy/.
 
 - `AppProcess` runs the Procfile's `web:` command (so the tests exercise the command a platform
-  runs) with its own environment and log file; `release()` runs the `release:` command.
+  runs) with its own environment and log file, through tests/live_server.py's `LiveServer`;
+  `release()` runs the `release:` command.
 - `Nginx` runs a rendered deploy/nginx.conf from a private prefix directory, as an unprivileged
   nginx would (`nginx -p <dir> -c nginx.conf -g 'daemon off; pid <dir>/nginx.pid;'`).
 - `throwaway_database()` makes a PostgreSQL database with a random name and drops it afterwards.
@@ -34,10 +35,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import asyncpg
-import httpx
 from sqlalchemy.engine import make_url
 
-from tests.live_server import PageClient, PageStream, SseReader, free_port
+from tests.live_server import LiveServer, PageClient, PageStream, SseReader, free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROCFILE = PROJECT_ROOT / "Procfile"
@@ -170,73 +170,38 @@ class Managed:
         Managed.running.append(self)
 
 
-class AppProcess(Managed):
-    """One replica: the Procfile's `web:` command on a free port."""
+class AppProcess(LiveServer):
+    """One replica: the Procfile's `web:` command on a free port, launched by tests/live_server.py's
+    LiveServer (the one launcher), listed in `Managed.running` for failure reports."""
 
     def __init__(self, name: str, env: Mapping[str, str], log_path: Path) -> None:
-        self.name = name
-        self.port = free_port()
-        self.env = {"SECRET_KEY": "ops-test-secret", **env, "PORT": str(self.port)}
-        self.log_path = log_path
+        port = free_port()
+        super().__init__(
+            process_env({"SECRET_KEY": "ops-test-secret", **env, "PORT": str(port)}),
+            log_path,
+            port=port,
+            migrate=False,  # the Procfile's `release:` command migrates: see `release()`
+            ready_timeout_s=90.0,
+            command=["bash", "-c", procfile()["web"]],
+            name=name,
+        )
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(self) -> AppProcess:
+    def start(self) -> AppProcess:  # type: ignore[override]
         """Start without waiting (start several, then `wait_ready` each: they boot in parallel)."""
         assert self.process is None, f"{self.name} is already running"
-        self._spawn(["bash", "-c", procfile()["web"]], process_env(self.env), PROJECT_ROOT)
+        self.spawn()
+        Managed.running.append(self)  # type: ignore[arg-type]
         return self
-
-    def wait_ready(self, timeout_s: float = 90.0) -> AppProcess:
-        deadline = time.monotonic() + timeout_s
-        last = "no answer"
-        while time.monotonic() < deadline:
-            assert self.process is not None, f"{self.name} was not started"
-            if self.process.poll() is not None:
-                raise AssertionError(
-                    f"{self.name} exited with {self.process.returncode}:\n{self.log_text()[-4000:]}"
-                )
-            try:
-                response = httpx.get(f"{self.url}/readyz", timeout=2.0)
-                if response.status_code == 200:
-                    return self
-                last = f"{response.status_code} {response.text}"
-            except httpx.HTTPError as exc:
-                last = repr(exc)
-            time.sleep(0.1)
-        raise AssertionError(f"{self.name} not ready after {timeout_s} s ({last})")
-
-    def signal(self, signum: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(signum)
-
-    def wait_exit(self, timeout_s: float) -> int:
-        """Wait for the process to exit by itself; returns its exit code."""
-        assert self.process is not None
-        code = self.process.wait(timeout=timeout_s)
-        self._end(0)
-        return code
 
     def kill(self) -> None:
         """SIGKILL: a crash (no shutdown hooks run)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self._end(0)
+        super().kill()
+        self.stop(0)
 
     def stop(self, timeout_s: float = 40.0) -> int | None:
-        return self._end(timeout_s)
+        if self in Managed.running:
+            Managed.running.remove(self)  # type: ignore[arg-type]
+        return super().stop(timeout_s)
 
 
 def render_nginx(template: str | None = None, **values: str) -> str:

@@ -1,0 +1,146 @@
+"""In-process helpers for the streaming core: the synthetic engine and an in-memory recorder.
+
+Nothing here is a mock of the streaming core: the Generation, Subscriber, GenerationManager and
+FinalSaver under test are the real ones, driven by the real synthetic engine (app/engine/synthetic.py,
+the engine contract without a model). Only persistence is replaced, by `MemoryRecorder`, a faithful
+implementation of the `Recorder` protocol (app/streaming/manager.py) that can be told to stall or
+to refuse a save, so that the final-after-save rules can be pinned down without a database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from app.engine.base import SamplingParams
+from app.settings import EngineSettings
+from app.streaming.events import Delta, Final, Start, StreamEvent
+from app.streaming.generation import Generation, Outcome
+from app.streaming.manager import GenerationManager, Progress
+from app.streaming.subscriber import Subscriber
+
+_ids = itertools.count()
+
+
+@dataclass
+class MemoryRecorder:
+    """The Recorder protocol in memory: what was saved, in what order, with faults on demand.
+
+    - `gate`: while cleared, `save_finals` waits (a stalled database); set by default.
+    - `fail_next`: that many `save_finals` calls raise before anything is saved;
+      `fail_progress_next`: the same for `save_progress`.
+    - `refuse`: message ids whose final write always raises (a row the database refuses);
+      a batch containing one fails as a whole, as a transaction does.
+    - `log`: ("progress" | "finals", ids) in call order, for ordering assertions.
+    """
+
+    progress: list[list[Progress]] = field(default_factory=list)
+    finals: dict[str, Outcome] = field(default_factory=dict)
+    final_batches: list[list[str]] = field(default_factory=list)
+    attempts: int = 0
+    fail_next: int = 0
+    fail_progress_next: int = 0
+    refuse: set[str] = field(default_factory=set)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    log: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.gate.set()
+
+    async def save_progress(self, progress: Sequence[Progress]) -> None:
+        if self.fail_progress_next > 0:
+            self.fail_progress_next -= 1
+            raise ConnectionError("database unavailable (injected)")
+        self.progress.append(list(progress))
+        self.log.append(("progress", [p.message_id for p in progress]))
+
+    async def save_finals(self, outcomes: Sequence[Outcome]) -> None:
+        self.attempts += 1
+        await self.gate.wait()
+        ids = [o.message_id for o in outcomes]
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise ConnectionError("database unavailable (injected)")
+        if self.refuse.intersection(ids):
+            raise ValueError(f"row refused (injected): {sorted(self.refuse.intersection(ids))}")
+        self.final_batches.append(ids)
+        self.finals.update((o.message_id, o) for o in outcomes)
+        self.log.append(("finals", ids))
+
+
+def engine_settings(**overrides: float) -> EngineSettings:
+    """Short synthetic steps: a reply of a few hundred tokens streams in well under a second."""
+    values: dict = dict(
+        kind="synthetic",
+        context_size=8192,
+        max_seqs=16,
+        kv_cells=65536,
+        threads=1,
+        synthetic_step_ms=1.0,
+        synthetic_per_seq_ms=0.0,
+        synthetic_prefill_ms_per_token=0.0,
+    )
+    values.update(overrides)
+    return EngineSettings(**values)
+
+
+def start_reply(
+    manager: GenerationManager,
+    *,
+    tokens: int = 40,
+    grace_s: float = 0.0,
+    final_wait_s: float | None = None,
+    prompt: str = "hello",
+) -> Generation:
+    """One reply of exactly `tokens` synthetic tokens, pumped by the manager."""
+    n = next(_ids)
+    message_id = f"msg-{n}"
+    stream = manager.open_stream(
+        message_id,
+        [{"role": "user", "content": f"{prompt} {n} [[synthetic:tokens={tokens}]]"}],
+        SamplingParams(max_tokens=tokens + 10, temperature=0.0),
+    )
+    generation = Generation(
+        message_id=message_id,
+        request_id=message_id,
+        conversation_id=f"conv-{n}",
+        user_id="user-1",
+        user_message_id=f"question-{n}",
+        source="page",
+        model=manager.engine.model_name,
+        grace_s=grace_s,
+        final_wait_s=manager.final_wait_s if final_wait_s is None else final_wait_s,
+    )
+    return manager.run(generation, stream)
+
+
+async def ended(generation: Generation) -> Outcome:
+    """Until the reply's end is known in memory (not necessarily saved).
+
+    The Generation has no event for "outcome known" (only for "saved"), hence the short poll."""
+    while generation.outcome is None:  # noqa: ASYNC110
+        await asyncio.sleep(0.001)
+    return generation.outcome
+
+
+async def read_all(subscriber: Subscriber, keepalive_s: float = 0.01) -> list[StreamEvent]:
+    """Every event a connection would send, heartbeats left out; closes like the framing does."""
+    events: list[StreamEvent] = []
+    try:
+        async for event in subscriber.events(keepalive_s):
+            if event is not None:
+                events.append(event)
+    finally:
+        subscriber.close()
+    return events
+
+
+def split(events: list[StreamEvent]) -> tuple[Start, list[Delta], Final | None]:
+    """(start, deltas, final) of one stream, checking that it has that shape."""
+    start, *rest = events
+    assert isinstance(start, Start)
+    final = rest.pop() if rest and isinstance(rest[-1], Final) else None
+    assert all(isinstance(e, Delta) for e in rest), rest
+    return start, rest, final  # type: ignore[return-value]

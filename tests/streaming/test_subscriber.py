@@ -1,0 +1,102 @@
+"""The subscriber mailbox: coalescing under a slow reader, cursors and resume offsets.
+
+In process, with the synthetic engine and the in-memory recorder (tests/streaming/core.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.streaming.events import Delta, Final, Status
+from app.streaming.manager import GenerationManager
+from tests.streaming.core import ended, read_all, split, start_reply
+
+
+async def test_a_slow_subscriber_gets_one_coalesced_delta_and_never_holds_the_engine(
+    manager: GenerationManager,
+) -> None:
+    generation = start_reply(manager, tokens=120)
+    fast = manager.subscribe(generation, transport="sse")
+    slow = manager.subscribe(generation, transport="sse")
+    fast_events = asyncio.create_task(read_all(fast))
+    # The slow one takes nothing until the reply has ended: the engine did not wait for it.
+    outcome = await ended(generation)
+    assert outcome.status is Status.COMPLETED
+    assert slow.cursor == 0 and slow.sent_events == 0
+    slow_events = await read_all(slow)
+
+    _, slow_deltas, slow_final = split(slow_events)
+    _, fast_deltas, fast_final = split(await fast_events)
+    # The whole text, once, in one event; every engine delta beyond the first counted as merged.
+    assert [d.text for d in slow_deltas] == [outcome.text]
+    assert slow_deltas[0].id == len(outcome.text)
+    assert slow.coalesced == generation.parts_between(0, generation.length) - 1 > 0
+    # The fast reader saw many events, and the same text.
+    assert len(fast_deltas) > 1
+    assert "".join(d.text for d in fast_deltas) == outcome.text
+    assert slow_final == fast_final and isinstance(slow_final, Final)
+
+
+async def test_deltas_carry_their_end_offset_and_a_resume_gets_exactly_the_rest(
+    manager: GenerationManager,
+) -> None:
+    generation = start_reply(manager, tokens=80)
+    outcome = await ended(generation)
+    text = outcome.text
+    for after in (0, 1, len(text) // 3, len(text) - 1, len(text)):
+        start, deltas, final = split(
+            await read_all(manager.subscribe(generation, transport="sse", after=after))
+        )
+        assert start.id == after
+        assert "".join(d.text for d in deltas) == text[after:]
+        cursor = after
+        for delta in deltas:  # each id is where that delta ends: nothing missing, nothing twice
+            cursor += len(delta.text)
+            assert delta.id == cursor
+        assert final is not None and final.id == len(text)
+
+
+async def test_a_resume_offset_out_of_range_is_clamped(manager: GenerationManager) -> None:
+    generation = start_reply(manager, tokens=20)
+    outcome = await ended(generation)
+    beyond = manager.subscribe(generation, transport="sse", after=len(outcome.text) + 50)
+    start, deltas, final = split(await read_all(beyond))
+    assert start.id == len(outcome.text) and deltas == [] and final is not None
+    before = manager.subscribe(generation, transport="sse", after=-5)
+    start, deltas, _ = split(await read_all(before))
+    assert start.id == 0 and "".join(d.text for d in deltas) == outcome.text
+
+
+async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
+    manager: GenerationManager,
+) -> None:
+    generation = start_reply(manager, tokens=400, grace_s=60)  # the client may come back
+    first = manager.subscribe(generation, transport="sse")
+    events = first.events(0.01)
+    received = ""
+    async for event in events:  # read until some text has arrived, then drop the connection
+        if isinstance(event, Delta):
+            received += event.text
+            if event.id > 0:
+                break
+    await events.aclose()
+    first.close()
+    offset = len(received)
+    assert generation.outcome is None, "the reply must still be running for this test to mean much"
+    _, deltas, final = split(
+        await read_all(manager.subscribe(generation, transport="sse", after=offset))
+    )
+    assert received + "".join(d.text for d in deltas) == generation.text()
+    assert final is not None and final.status is Status.COMPLETED
+
+
+async def test_text_since_and_parts_between_agree_with_the_engine_deltas(
+    manager: GenerationManager,
+) -> None:
+    generation = start_reply(manager, tokens=60)
+    text = (await ended(generation)).text
+    parts = generation.parts_between(0, len(text))
+    assert parts >= 2
+    for offset in range(len(text) + 1):
+        assert generation.text_since(offset) == text[offset:]
+    assert generation.parts_between(0, 1) == 1  # inside the first part
