@@ -29,6 +29,7 @@ from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
 from app.domain.accounts.controllers import ApiKeyController, AuthController
+from app.domain.accounts.guards import SESSIONS_STATE_KEY, admin_guard
 from app.domain.accounts.ratelimit import (
     AttemptStore,
     AuthLimits,
@@ -43,8 +44,8 @@ from app.domain.openai.controllers import openai_router
 from app.engine import Engine
 from app.settings import Settings
 from app.web import pages
-from app.web.auth import admin_guard
 from app.web.client_input import HTTP_CLIENT_CLOSED_REQUEST, SafeRequest
+from app.web.dependencies import app_dependencies
 from app.web.metrics import metrics_endpoint
 from app.web.security import security_headers_hook
 from app.web.services import Services
@@ -121,6 +122,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = Services.build(settings, engine)
         app.state.services = services
+        app.state[SESSIONS_STATE_KEY] = services.sessions  # for the guards (no DI there)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
@@ -158,6 +160,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             openai_router,
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),
         ],
+        dependencies=app_dependencies(),
         lifespan=[lifespan],
         request_class=SafeRequest,  # bad JSON bodies are 400s, a client gone mid-body a quiet 499
         middleware=[session_config.middleware],

@@ -20,8 +20,10 @@ from uuid import UUID
 
 import msgspec
 from litestar import WebSocket, websocket
+from litestar.di import Provide
 from litestar.exceptions import ClientException, HTTPException
 
+from app.domain.accounts.dependencies import socket_user
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.controllers import (
@@ -33,13 +35,13 @@ from app.domain.chat.controllers import (
     start_reply,
 )
 from app.domain.chat.models import Message
-from app.domain.chat.replies import NotFoundError
+from app.domain.chat.replies import NotFoundError, ReplyService
+from app.domain.json_input import BadJsonError, decode_frame, text_problem
+from app.engine import Engine
+from app.settings import Settings
 from app.streaming.events import CancelCause
 from app.streaming.framing import page_ws
 from app.streaming.generation import Generation
-from app.web.auth import optional_user, services_of
-from app.web.client_input import BadJsonError, decode_frame, text_problem
-from app.web.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +84,19 @@ def same_origin(socket: WebSocket) -> bool:
 
 
 class ChatSocket:
-    def __init__(self, socket: WebSocket, user: User, services: Services) -> None:
+    def __init__(
+        self,
+        socket: WebSocket,
+        user: User,
+        replies: ReplyService,
+        settings: Settings,
+        engine: Engine,
+    ) -> None:
         self.socket = socket
         self.user = user
-        self.services = services
+        self.replies = replies
+        self.settings = settings
+        self.engine = engine
         self._send_lock = asyncio.Lock()
         self._streams: set[asyncio.Task[None]] = set()
 
@@ -145,36 +156,37 @@ class ChatSocket:
             await self.reject("internal server error", client_ref, status=500)
 
     async def on_send(self, request: SendRequest) -> None:
-        services = self.services
         if request.conversation_id is None:
             raise ClientException("conversation_id is required")
         conversation = await service.get_conversation(
-            services.sessions, self.user.id, request.conversation_id
+            self.replies.sessions, self.user.id, request.conversation_id
         )
         if conversation is None:
             raise ClientException("no such conversation", status_code=404)
-        content = check_content(request.content, services.settings)
+        content = check_content(request.content, self.settings)
         try:
-            params = sampling_params(request, services.settings, services.engine.context_size)
+            params = sampling_params(request, self.settings, self.engine.context_size)
         except ValueError as exc:
             raise ClientException(str(exc)) from exc
-        generation = await start_reply(services.replies, self.user, conversation, content, params)
+        generation = await start_reply(self.replies, self.user, conversation, content, params)
         self.stream(generation, after=0, client_ref=request.client_ref)
 
     async def on_regenerate(self, request: RegenerateRequest) -> None:
-        generation = await regenerate_reply(self.services, self.user, request.message_id, request)
+        generation = await regenerate_reply(
+            self.replies, self.settings, self.engine, self.user, request.message_id, request
+        )
         self.stream(generation, after=0, client_ref=request.client_ref)
 
     async def _find(self, message_id: UUID) -> Generation | Message:
         try:
-            return await self.services.replies.find(self.user.id, message_id)
+            return await self.replies.find(self.user.id, message_id)
         except NotFoundError as exc:
             raise ClientException("no such message", status_code=404) from exc
 
     async def on_cancel(self, request: CancelRequest) -> None:
         reply = await self._find(request.message_id)
         # Not awaited: the socket keeps receiving; the reply's own stream carries its end.
-        task = asyncio.create_task(self.services.replies.stop(reply, CancelCause.USER))
+        task = asyncio.create_task(self.replies.stop(reply, CancelCause.USER))
         self._streams.add(task)
         task.add_done_callback(self._streams.discard)
 
@@ -193,8 +205,8 @@ class ChatSocket:
         self, reply: Generation | Message, after: int, client_ref: str | None
     ) -> None:
         message_id = reply.message_id if isinstance(reply, Generation) else str(reply.id)
-        events = self.services.replies.follow(
-            reply, transport="ws", after=after, keepalive_s=self.services.settings.keepalive_s
+        events = self.replies.follow(
+            reply, transport="ws", after=after, keepalive_s=self.settings.keepalive_s
         )
         with contextlib.suppress(Exception):  # a dead socket ends this stream, not the others
             async with aclosing(events):
@@ -208,14 +220,19 @@ class ChatSocket:
                     await self.send(payload)
 
 
-@websocket("/ws")
-async def chat_socket(socket: WebSocket) -> None:
+@websocket("/ws", dependencies={"user": Provide(socket_user)})
+async def chat_socket(
+    socket: WebSocket,
+    user: User | None,
+    replies: ReplyService,
+    settings: Settings,
+    engine: Engine,
+) -> None:
     await socket.accept()
     if not same_origin(socket):
         await socket.close(CLOSE_POLICY, "cross-origin WebSocket refused")
         return
-    user = await optional_user(socket)
     if user is None:
         await socket.close(CLOSE_UNAUTHORIZED, "log in first")
         return
-    await ChatSocket(socket, user, services_of(socket)).run()
+    await ChatSocket(socket, user, replies, settings, engine).run()

@@ -20,15 +20,19 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Stream
 
+from app.db.session import Sessions
+from app.domain.accounts.dependencies import api_key_user
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.controllers import start_reply
+from app.domain.chat.replies import ReplyService
 from app.domain.openai.schemas import ChatCompletionRequest, OpenAIErrorBody, openai_error
+from app.domain.sse import sse_response
+from app.engine import Engine
 from app.engine.base import SamplingParams
+from app.settings import Settings
 from app.streaming.events import Delta, Final
 from app.streaming.framing import OpenAIChunks, openai_completion
-from app.web.auth import api_key_user, services_of
-from app.web.sse import sse_response
 
 ROLES = {"system", "user", "assistant"}
 
@@ -102,7 +106,12 @@ ERRORS = {
     },
 )
 async def chat_completions(
-    request: Request, user: User, data: ChatCompletionRequest
+    request: Request,
+    replies: ReplyService,
+    settings: Settings,
+    engine: Engine,
+    user: User,
+    data: ChatCompletionRequest,
 ) -> Response[Any] | Stream:
     """A chat completion, as JSON or (`stream: true`) as server-sent events, like OpenAI's.
 
@@ -110,23 +119,23 @@ async def chat_completions(
     JSON, JSON nested too deeply and text that cannot be stored are 400s in OpenAI's shape (see
     `_error_response`), and a client that leaves mid-body is a quiet 499.
     """
-    services = services_of(request)
     body = data
-    if body.model != services.engine.model_name:
+    sessions: Sessions = replies.sessions
+    if body.model != engine.model_name:
         raise OpenAIError(
             f"the model {body.model!r} does not exist; GET /v1/models lists the models",
             status_code=404,
             param="model",
             code="model_not_found",
         )
-    messages = _messages(body, services.settings.max_message_chars)
-    params = _params(body, services.engine.context_size, services.settings.default_max_tokens)
+    messages = _messages(body, settings.max_message_chars)
+    params = _params(body, engine.context_size, settings.default_max_tokens)
     conversation = await service.create_conversation(
-        services.sessions, user.id, messages[-1]["content"][:80], source="api"
+        sessions, user.id, messages[-1]["content"][:80], source="api"
     )
     try:
         generation = await start_reply(
-            services.replies,
+            replies,
             user,
             conversation,
             messages[-1]["content"],
@@ -134,13 +143,13 @@ async def chat_completions(
             extra_messages=messages,
         )
     except HTTPException as exc:
-        await service.delete_conversation(services.sessions, user.id, conversation.id)
+        await service.delete_conversation(sessions, user.id, conversation.id)
         code = "rate_limit_exceeded" if exc.status_code == 429 else None  # as OpenAI's own 429s
         raise OpenAIError(exc.detail, status_code=exc.status_code, code=code) from exc
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    model = services.engine.model_name
-    events = services.replies.follow(
-        generation, transport="openai", after=0, keepalive_s=services.settings.keepalive_s
+    model = engine.model_name
+    events = replies.follow(
+        generation, transport="openai", after=0, keepalive_s=settings.keepalive_s
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -191,8 +200,8 @@ async def _until_disconnected(request: Request) -> None:
 
 
 @get("/models", responses={401: ResponseSpec(OpenAIErrorBody, description=ERRORS[401])})
-async def list_models(request: Request, user: User) -> dict[str, Any]:
-    model = services_of(request).engine.model_name
+async def list_models(engine: Engine, user: User) -> dict[str, Any]:
+    model = engine.model_name
     return {
         "object": "list",
         "data": [{"id": model, "object": "model", "created": 0, "owned_by": "streamchat"}],
