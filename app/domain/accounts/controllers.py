@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import Provide
-from litestar.exceptions import ClientException, NotAuthorizedException, NotFoundException
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_429_TOO_MANY_REQUESTS
+from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.session import Sessions
-from app.domain.accounts import passwords
 from app.domain.accounts import service as accounts
 from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.login import client_address, device_cookie, known_device, login, logout
 from app.domain.accounts.models import ApiKey, User
-from app.domain.accounts.ratelimit import AuthLimits, TooManyAttemptsError
+from app.domain.accounts.ratelimit import AuthLimits
 from app.settings import Settings
 
 
@@ -46,14 +44,6 @@ def key_json(key: ApiKey) -> dict[str, object]:
     }
 
 
-def too_many_attempts(exc: TooManyAttemptsError) -> Response[dict[str, object]]:
-    return Response(
-        {"detail": "too many attempts: try again shortly"},
-        status_code=HTTP_429_TOO_MANY_REQUESTS,
-        headers={"Retry-After": str(math.ceil(exc.retry_after_s))},
-    )
-
-
 class AuthController(Controller):
     path = "/api"
     tags = ["accounts"]
@@ -70,18 +60,10 @@ class AuthController(Controller):
         """Sign up and log in. An email that is taken answers 409: without a mail round trip,
         a sign-up that logs in at once cannot hide whether the address was free (README,
         "Security"), so sign-ups are limited per address like log-ins instead."""
-        try:
-            await auth_limits.start_signup(client_address(request))
-        except TooManyAttemptsError as exc:
-            return too_many_attempts(exc)
-        try:
-            user = await accounts.create_user(sessions, data.email, data.password)
-        except accounts.EmailTakenError as exc:
-            raise ClientException(
-                "an account with this email already exists", status_code=409
-            ) from exc
-        except (passwords.WeakPasswordError, ValueError) as exc:
-            raise ClientException(str(exc)) from exc
+        # Refusals (a limit reached: 429; a taken email: 409; a weak password: 400) are answered
+        # by the app's exception map (app/domain/refusals.py).
+        await auth_limits.start_signup(client_address(request))
+        user = await accounts.create_user(sessions, data.email, data.password)
         login(request, user)
         return Response(
             user_json(user),
@@ -99,13 +81,11 @@ class AuthController(Controller):
         auth_limits: AuthLimits,
     ) -> Response[dict[str, object]]:
         email = accounts.normalize_email(data.email)
-        try:
-            # Reserved before the (slow) password check: attempts in flight count too.
-            attempt = await auth_limits.start_login(
-                client_address(request), email, known_device(request, settings.secret_key, email)
-            )
-        except TooManyAttemptsError as exc:
-            return too_many_attempts(exc)
+        # Reserved before the (slow) password check: attempts in flight count too. A limit
+        # reached is a 429 with Retry-After (the app's exception map, app/domain/refusals.py).
+        attempt = await auth_limits.start_login(
+            client_address(request), email, known_device(request, settings.secret_key, email)
+        )
         user = await accounts.authenticate(sessions, email, data.password)
         if user is None:
             raise NotAuthorizedException("wrong email or password")

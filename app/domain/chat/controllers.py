@@ -18,7 +18,6 @@ from litestar.exceptions import (
     NotFoundException,
     PermissionDeniedException,
     ServiceUnavailableException,
-    TooManyRequestsException,
 )
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
@@ -30,10 +29,11 @@ from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.models import Conversation, Message
-from app.domain.chat.replies import NotFoundError, ReplyService, TooManyRepliesError
+from app.domain.chat.replies import NotFoundError, ReplyService
+from app.domain.errors import InvalidInputError
 from app.domain.sse import sse_response
 from app.engine import Engine
-from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
+from app.engine.base import SamplingParams
 from app.settings import Settings
 from app.streaming.events import CancelCause
 from app.streaming.framing import page_sse
@@ -143,18 +143,21 @@ def message_json(m: Message) -> dict[str, Any]:
 
 
 def sampling_params(data: ReplyOptions, settings: Settings, context_size: int) -> SamplingParams:
-    """The request's sampling parameters, range-checked (a ValueError becomes a 400)."""
+    """The request's sampling parameters, range-checked (InvalidInputError: a 400)."""
     max_tokens = data.max_tokens if data.max_tokens is not None else settings.default_max_tokens
     if not 1 <= max_tokens <= context_size:
-        raise ValueError(f"max_tokens must be between 1 and {context_size}")
-    return SamplingParams(
-        max_tokens=max_tokens,
-        temperature=0.7 if data.temperature is None else data.temperature,
-        top_p=1.0 if data.top_p is None else data.top_p,
-        top_k=data.top_k or 0,
-        seed=data.seed,
-        stop=tuple(data.stop or ()),
-    )
+        raise InvalidInputError(f"max_tokens must be between 1 and {context_size}")
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=0.7 if data.temperature is None else data.temperature,
+            top_p=1.0 if data.top_p is None else data.top_p,
+            top_k=data.top_k or 0,
+            seed=data.seed,
+            stop=tuple(data.stop or ()),
+        )
+    except ValueError as exc:  # SamplingParams checks its own ranges (app/engine/base.py)
+        raise InvalidInputError(str(exc)) from exc
 
 
 def check_content(content: str, settings: Settings) -> str:
@@ -167,28 +170,6 @@ def check_content(content: str, settings: Settings) -> str:
     return content
 
 
-async def start_reply(
-    replies: ReplyService,
-    user: User,
-    conversation: Conversation,
-    content: str,
-    params: SamplingParams,
-    **kwargs: Any,
-) -> Generation:
-    """Start a reply, turning engine refusals into clear HTTP errors (and a conversation deleted
-    meanwhile, by a racing DELETE, into the 404 it would have got a moment later)."""
-    try:
-        return await replies.start(user.id, conversation, content, params, **kwargs)
-    except TooManyRepliesError as exc:
-        raise TooManyRequestsException(str(exc)) from exc
-    except service.ConversationNotFoundError as exc:
-        raise NotFoundException("no such conversation") from exc
-    except EngineUnavailableError as exc:
-        raise ClientException(str(exc), status_code=503) from exc
-    except EngineError as exc:
-        raise ClientException(str(exc)) from exc
-
-
 async def regenerate_reply(
     replies: ReplyService,
     settings: Settings,
@@ -197,22 +178,12 @@ async def regenerate_reply(
     message_id: UUID,
     options: ReplyOptions,
 ) -> Generation:
-    """Answer a reply's question again, turning every refusal into a clear HTTP error."""
+    """Answer a reply's question again (its refusals are answered by app/domain/refusals.py)."""
+    params = sampling_params(options, settings, engine.context_size)
     try:
-        params = sampling_params(options, settings, engine.context_size)
         return await replies.regenerate(user.id, message_id, params)
-    except ValueError as exc:
-        raise ClientException(str(exc)) from exc
-    except (NotFoundError, service.ConversationNotFoundError) as exc:  # or deleted meanwhile
-        raise NotFoundException("no such message") from exc
-    except service.NotRegenerableError as exc:
-        raise ClientException(str(exc), status_code=HTTP_409_CONFLICT) from exc
-    except TooManyRepliesError as exc:
-        raise TooManyRequestsException(str(exc)) from exc
-    except EngineUnavailableError as exc:
-        raise ClientException(str(exc), status_code=503) from exc
-    except EngineError as exc:
-        raise ClientException(str(exc)) from exc
+    except service.ConversationNotFoundError as exc:  # deleted meanwhile: its message with it
+        raise NotFoundError(message_id) from exc
 
 
 def last_event_id(request: Request, after: int | None) -> int:
@@ -295,11 +266,8 @@ class ConversationController(Controller):
         if conversation is None:
             raise NotFoundException("no such conversation")
         content = check_content(data.content, settings)
-        try:
-            params = sampling_params(data, settings, engine.context_size)
-        except ValueError as exc:
-            raise ClientException(str(exc)) from exc
-        generation = await start_reply(replies, user, conversation, content, params)
+        params = sampling_params(data, settings, engine.context_size)
+        generation = await replies.start(user.id, conversation, content, params)
         events = replies.follow(
             generation, transport="sse", after=0, keepalive_s=settings.keepalive_s
         )
@@ -310,14 +278,6 @@ class MessageController(Controller):
     path = "/api/messages"
     tags = ["chat"]
     dependencies = {"user": Provide(current_user)}
-
-    async def _find(
-        self, replies: ReplyService, user: User, message_id: UUID
-    ) -> Generation | Message:
-        try:
-            return await replies.find(user.id, message_id)
-        except NotFoundError as exc:
-            raise NotFoundException("no such message") from exc
 
     @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE, raises=READ_ONE)
     async def resume(
@@ -330,7 +290,7 @@ class MessageController(Controller):
         after: Annotated[int | None, Parameter(query="after", ge=0)] = None,
     ) -> Stream:
         """Replay what the client missed since Last-Event-ID, then continue live."""
-        reply = await self._find(replies, user, message_id)
+        reply = await replies.find(user.id, message_id)
         events = replies.follow(
             reply,
             transport="sse",
@@ -367,7 +327,7 @@ class MessageController(Controller):
     @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
     async def cancel(self, replies: ReplyService, user: User, message_id: UUID) -> dict[str, Any]:
         """Stop a reply (idempotent); answers once its end state is saved."""
-        reply = await self._find(replies, user, message_id)
+        reply = await replies.find(user.id, message_id)
         status = await replies.stop(reply, CancelCause.USER, CANCEL_WAIT_S)
         return {"message_id": str(message_id), "status": status}
 
@@ -376,9 +336,6 @@ class MessageController(Controller):
         self, sessions: Sessions, user: User, message_id: UUID, data: ClientMetrics
     ) -> None:
         """The TTFT the browser saw, to compare with the engine's (is a proxy buffering?)."""
-        try:
-            found = await service.record_client_ttft(sessions, user.id, message_id, data.ttft_ms)
-        except ValueError as exc:
-            raise ClientException(str(exc)) from exc
+        found = await service.record_client_ttft(sessions, user.id, message_id, data.ttft_ms)
         if not found:
             raise NotFoundException("no such message")

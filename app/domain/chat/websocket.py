@@ -32,11 +32,11 @@ from app.domain.chat.controllers import (
     check_content,
     regenerate_reply,
     sampling_params,
-    start_reply,
 )
 from app.domain.chat.models import Message
-from app.domain.chat.replies import NotFoundError, ReplyService
+from app.domain.chat.replies import ReplyService
 from app.domain.json_input import BadJsonError, decode_frame, text_problem
+from app.domain.refusals import refusal_for
 from app.engine import Engine
 from app.settings import Settings
 from app.streaming.events import CancelCause
@@ -81,6 +81,18 @@ def same_origin(socket: WebSocket) -> bool:
         return True
     host = socket.headers.get("x-forwarded-host") or socket.headers.get("host", "")
     return urlsplit(origin).netloc == host
+
+
+def rejection(exc: Exception, kind: object) -> tuple[str, int]:
+    """The `rejected` frame's error and status for a request that failed: the one place where the
+    WebSocket translates an error (HTTP errors keep theirs; a domain error gets its status from
+    app/domain/refusals.py, as over HTTP; anything else is a bug, a 500)."""
+    if isinstance(exc, HTTPException):
+        return exc.detail, exc.status_code
+    if (refusal := refusal_for(exc)) is not None:
+        return refusal.message, refusal.status
+    log.error("the WebSocket request %r failed", kind, exc_info=exc)
+    return "internal server error", 500
 
 
 class ChatSocket:
@@ -149,11 +161,9 @@ class ChatSocket:
                 )
         except msgspec.ValidationError as exc:
             await self.reject(f"invalid {kind} request: {exc}", client_ref)
-        except HTTPException as exc:
-            await self.reject(exc.detail, client_ref, status=exc.status_code)
-        except Exception:  # a bug: this request fails, the socket and its other replies go on
-            log.exception("the WebSocket request %r failed", kind)
-            await self.reject("internal server error", client_ref, status=500)
+        except Exception as exc:  # the request fails; the socket and its other replies go on
+            error, status = rejection(exc, kind)
+            await self.reject(error, client_ref, status=status)
 
     async def on_send(self, request: SendRequest) -> None:
         if request.conversation_id is None:
@@ -164,11 +174,8 @@ class ChatSocket:
         if conversation is None:
             raise ClientException("no such conversation", status_code=404)
         content = check_content(request.content, self.settings)
-        try:
-            params = sampling_params(request, self.settings, self.engine.context_size)
-        except ValueError as exc:
-            raise ClientException(str(exc)) from exc
-        generation = await start_reply(self.replies, self.user, conversation, content, params)
+        params = sampling_params(request, self.settings, self.engine.context_size)
+        generation = await self.replies.start(self.user.id, conversation, content, params)
         self.stream(generation, after=0, client_ref=request.client_ref)
 
     async def on_regenerate(self, request: RegenerateRequest) -> None:
@@ -177,21 +184,15 @@ class ChatSocket:
         )
         self.stream(generation, after=0, client_ref=request.client_ref)
 
-    async def _find(self, message_id: UUID) -> Generation | Message:
-        try:
-            return await self.replies.find(self.user.id, message_id)
-        except NotFoundError as exc:
-            raise ClientException("no such message", status_code=404) from exc
-
     async def on_cancel(self, request: CancelRequest) -> None:
-        reply = await self._find(request.message_id)
+        reply = await self.replies.find(self.user.id, request.message_id)
         # Not awaited: the socket keeps receiving; the reply's own stream carries its end.
         task = asyncio.create_task(self.replies.stop(reply, CancelCause.USER))
         self._streams.add(task)
         task.add_done_callback(self._streams.discard)
 
     async def on_resume(self, request: ResumeRequest) -> None:
-        reply = await self._find(request.message_id)
+        reply = await self.replies.find(self.user.id, request.message_id)
         self.stream(reply, after=max(0, request.after), client_ref=request.client_ref)
 
     def stream(

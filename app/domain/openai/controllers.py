@@ -24,9 +24,9 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import api_key_user
 from app.domain.accounts.models import User
 from app.domain.chat import service
-from app.domain.chat.controllers import start_reply
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.replies import ReplyService, TooManyRepliesError
 from app.domain.openai.schemas import ChatCompletionRequest, OpenAIErrorBody, openai_error
+from app.domain.refusals import DOMAIN_ERRORS, refusal_for
 from app.domain.sse import sse_response
 from app.engine import Engine
 from app.engine.base import SamplingParams
@@ -134,18 +134,12 @@ async def chat_completions(
         sessions, user.id, messages[-1]["content"][:80], source="api"
     )
     try:
-        generation = await start_reply(
-            replies,
-            user,
-            conversation,
-            messages[-1]["content"],
-            params,
-            extra_messages=messages,
+        generation = await replies.start(
+            user.id, conversation, messages[-1]["content"], params, extra_messages=messages
         )
-    except HTTPException as exc:
+    except DOMAIN_ERRORS:  # refused (answered by `_error_response`): keep no empty conversation
         await service.delete_conversation(sessions, user.id, conversation.id)
-        code = "rate_limit_exceeded" if exc.status_code == 429 else None  # as OpenAI's own 429s
-        raise OpenAIError(exc.detail, status_code=exc.status_code, code=code) from exc
+        raise
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     model = engine.model_name
     events = replies.follow(
@@ -211,10 +205,15 @@ async def list_models(engine: Engine, user: User) -> dict[str, Any]:
 def _error_response(request: Request, exc: Exception) -> Response[Any]:
     """Every error under /v1 in OpenAI's shape, so clients raise their usual exceptions."""
     status = getattr(exc, "status_code", 500)
+    fields = getattr(exc, "fields", {})
     if isinstance(exc, ValidationException):
         message = f"invalid request: {exc.extra or exc.detail}"
     elif isinstance(exc, HTTPException):
         message = exc.detail
+    elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
+        status, message = refusal.status, refusal.message
+        # As OpenAI's own 429s; its other errors carry no code.
+        fields = {"code": "rate_limit_exceeded" if isinstance(exc, TooManyRepliesError) else None}
     else:
         message = "internal server error"
     kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(
@@ -222,7 +221,6 @@ def _error_response(request: Request, exc: Exception) -> Response[Any]:
     )
     if status >= 500:
         kind = "server_error"
-    fields = getattr(exc, "fields", {})
     return Response(openai_error(message, kind=kind, **fields), status_code=status)
 
 
@@ -230,7 +228,12 @@ openai_router = Router(
     path="/v1",
     route_handlers=[chat_completions, list_models],
     dependencies={"user": Provide(api_key_user)},
-    exception_handlers={Exception: _error_response},
+    # The domain's error classes too: Litestar picks the handler by the error's class first
+    # (litestar/utils/exception.py, `get_exception_handler`), so the app's map would win for them.
+    exception_handlers={
+        Exception: _error_response,
+        **dict.fromkeys(DOMAIN_ERRORS, _error_response),
+    },
     tags=["openai"],
 )
 
