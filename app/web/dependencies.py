@@ -45,8 +45,9 @@ def provide_auth_limits(state: State) -> AuthLimits:
 
 
 def provide_page_globals(services: Services) -> dict[str, Any]:
-    """What every page shows besides its own content (the CSRF token comes from Litestar's
-    `csrf_token()` template callable, litestar/template/base.py)."""
+    """What every page shows besides its own content. The CSRF token is not in it: templates call
+    Litestar's `csrf_token()` (litestar/template/base.py, registered for Jinja in
+    litestar/plugins/jinja.py), the token the CSRF middleware set for this request."""
     return {
         "model_name": services.engine.model_name,
         "engine_ready": services.engine_ready.is_set(),

@@ -229,7 +229,8 @@ openai_router = Router(
     route_handlers=[chat_completions, list_models],
     dependencies={"user": Provide(api_key_user)},
     # The domain's error classes too: Litestar picks the handler by the error's class first
-    # (litestar/utils/exception.py, `get_exception_handler`), so the app's map would win for them.
+    # (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py), so the
+    # app's map would win for them.
     exception_handlers={
         Exception: _error_response,
         **dict.fromkeys(DOMAIN_ERRORS, _error_response),
