@@ -22,9 +22,9 @@ from advanced_alchemy.extensions.litestar import (
     SQLAlchemyAsyncConfig,
 )
 
+from app.db.base import Base
 from app.db.engine import create_engine
 from app.db.migrate import ALEMBIC_INI, MIGRATIONS_DIR, VERSION_TABLE
-from app.db.models import Base
 
 if TYPE_CHECKING:
     from app.settings import Settings

@@ -29,6 +29,7 @@ from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
 from app.domain.accounts.controllers import ApiKeyController, AuthController
+from app.domain.accounts.guards import SESSIONS_STATE_KEY, admin_guard
 from app.domain.accounts.ratelimit import (
     AttemptStore,
     AuthLimits,
@@ -40,11 +41,13 @@ from app.domain.admin.pages import AdminPages
 from app.domain.chat.controllers import ConversationController, MessageController
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
+from app.domain.refusals import DOMAIN_ERRORS
 from app.engine import Engine
 from app.settings import Settings
 from app.web import pages
-from app.web.auth import admin_guard
 from app.web.client_input import HTTP_CLIENT_CLOSED_REQUEST, SafeRequest
+from app.web.dependencies import app_dependencies
+from app.web.errors import EXCEPTION_HANDLERS, all_subclasses
 from app.web.metrics import metrics_endpoint
 from app.web.security import security_headers_hook
 from app.web.services import Services
@@ -121,6 +124,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = Services.build(settings, engine)
         app.state.services = services
+        app.state[SESSIONS_STATE_KEY] = services.sessions  # for the guards (no DI there)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
@@ -158,6 +162,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             openai_router,
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),
         ],
+        dependencies=app_dependencies(),
+        exception_handlers=EXCEPTION_HANDLERS,  # domain errors -> HTTP (app/domain/refusals.py)
         lifespan=[lifespan],
         request_class=SafeRequest,  # bad JSON bodies are 400s, a client gone mid-body a quiet 499
         middleware=[session_config.middleware],
@@ -173,7 +179,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             root={"level": "INFO", "handlers": ["queue_listener"]},
             log_exceptions="always",
             disable_stack_trace={400, 401, 403, 404, 405, 409, 413, 422, 429, 503}
-            | {HTTP_CLIENT_CLOSED_REQUEST},  # client errors, and clients gone
+            | {HTTP_CLIENT_CLOSED_REQUEST}  # client errors, and clients gone
+            | all_subclasses(DOMAIN_ERRORS),  # refusals (Litestar matches the exact class)
         ),
         debug=settings.debug,
     )

@@ -11,26 +11,22 @@ Decoding can fail in ways the decoders do not report as bad input:
 
 `SafeRequest` (the app's request class) turns all of these into a 400 for every JSON body, and a
 client that leaves while its body is being read into a quiet 499; `decode_frame` does the same for
-the WebSocket's frames, whose bad ones are answered with one `rejected` frame.
+the WebSocket's frames (app/domain/json_input.py), whose bad ones are answered with one `rejected` frame.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from litestar import Request
 from litestar.exceptions import ClientException, HTTPException, InternalServerException
 
+from app.domain.json_input import TOO_DEEP, text_problem
+
 log = logging.getLogger(__name__)
 
 HTTP_CLIENT_CLOSED_REQUEST = 499  # nginx's name for "the client went away before the answer"
-TOO_DEEP = "the JSON is nested too deeply"
-
-
-class BadJsonError(ValueError):
-    """A client's JSON that the app cannot use; the message says why, for the client."""
 
 
 class ClientDisconnectedError(HTTPException):
@@ -38,46 +34,6 @@ class ClientDisconnectedError(HTTPException):
 
     status_code = HTTP_CLIENT_CLOSED_REQUEST
     detail = "the client disconnected before sending its whole request body"
-
-
-def text_problem(value: Any) -> str | None:
-    """Why some string in a decoded JSON value cannot be stored (keys included), or None.
-
-    Iterative, not recursive: it must not itself trip over deep nesting.
-    """
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return "text must not contain NUL characters (\\u0000)"
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "text must be valid Unicode: it contains a lone UTF-16 surrogate"
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return None
-
-
-def decode_frame(text: str) -> dict[str, Any]:
-    """A WebSocket text frame as a JSON object; raises BadJsonError saying what is wrong.
-
-    Its text is not checked here (see `text_problem`): the caller does that once it knows which
-    request the frame was, to answer it with its `client_ref`.
-    """
-    try:
-        value = json.loads(text)
-    except RecursionError as exc:
-        raise BadJsonError(TOO_DEEP) from exc
-    except ValueError as exc:
-        raise BadJsonError(f"each frame must be a JSON object ({exc})") from exc
-    if not isinstance(value, dict):
-        raise BadJsonError("each frame must be a JSON object")
-    return value
 
 
 class SafeRequest(Request):

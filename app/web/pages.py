@@ -4,46 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, get
+from litestar import Response, get
+from litestar.di import Provide
 from litestar.response import Redirect, Template
-from litestar.utils.scope.state import ScopeState
 from sqlalchemy import text
 
-from app.web.auth import optional_user, services_of
+from app.domain.accounts.dependencies import optional_user
+from app.domain.accounts.models import User
+from app.web.services import Services
 
 
-def csrf_token(request: Request) -> str:
-    """The token the CSRF middleware set for this request (also in the `csrftoken` cookie)."""
-    return ScopeState.from_scope(request.scope).csrf_token or request.cookies.get("csrftoken", "")
-
-
-def page_context(request: Request, **extra: Any) -> dict[str, Any]:
-    services = services_of(request)
-    return {
-        "csrf_token": csrf_token(request),
-        "model_name": services.engine.model_name,
-        "engine_ready": services.engine_ready.is_set(),
-        **extra,
-    }
-
-
-@get("/", include_in_schema=False)
-async def chat_page(request: Request) -> Template | Redirect:
-    user = await optional_user(request)
+@get("/", include_in_schema=False, dependencies={"user": Provide(optional_user)})
+async def chat_page(user: User | None, page_globals: dict[str, Any]) -> Template | Redirect:
     if user is None:
         return Redirect("/login")
     user_json = {"id": str(user.id), "email": user.email, "is_admin": user.is_admin}
-    return Template("chat.html", context=page_context(request, user=user_json))
+    return Template("chat.html", context={**page_globals, "user": user_json})
 
 
 @get("/login", include_in_schema=False)
-async def login_page(request: Request) -> Template:
-    return Template("login.html", context=page_context(request))
+async def login_page(page_globals: dict[str, Any]) -> Template:
+    return Template("login.html", context=page_globals)
 
 
 @get("/signup", include_in_schema=False)
-async def signup_page(request: Request) -> Template:
-    return Template("signup.html", context=page_context(request))
+async def signup_page(page_globals: dict[str, Any]) -> Template:
+    return Template("signup.html", context=page_globals)
 
 
 @get("/healthz", include_in_schema=False)
@@ -53,9 +39,8 @@ async def healthz() -> dict[str, str]:
 
 
 @get("/readyz", include_in_schema=False)
-async def readyz(request: Request) -> Response[dict[str, Any]]:
+async def readyz(services: Services) -> Response[dict[str, Any]]:
     """Ready to serve: model loaded and database reachable (readiness)."""
-    services = services_of(request)
     checks: dict[str, str] = {}
     checks["model"] = (
         "loaded"

@@ -27,13 +27,9 @@ from litestar.middleware.session.server_side import (
 from litestar.types import Empty, Message, ScopeSession
 from litestar.utils.dataclass import extract_dataclass_items
 
+from app.domain.accounts.login import ROTATE  # set by `rotate()` at log-in
+
 LOADED_ID = "streamchat.session_loaded_id"  # scope key: the id the session was loaded under
-ROTATE = "streamchat.session_rotate"  # scope key: give the session a fresh id on the way out
-
-
-def rotate(connection: ASGIConnection) -> None:
-    """Save this request's session under a fresh server-made id and drop the old one."""
-    connection.scope[ROTATE] = True  # type: ignore[literal-required]
 
 
 class RotatingSessionBackend(ServerSideSessionBackend):

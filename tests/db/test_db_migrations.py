@@ -15,6 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect
 from sqlalchemy.pool import NullPool
 
+from app.db.base import Base
 from app.db.config import make_alchemy_config
 from app.db.engine import create_engine
 from app.db.migrate import (
@@ -25,8 +26,11 @@ from app.db.migrate import (
     head_revision,
     upgrade_database_async,
 )
-from app.db.models import Base
+from app.domain.accounts import models as accounts_models
+from app.domain.chat import models as chat_models
 from app.settings import Settings
+
+REGISTERED_MODELS = (accounts_models, chat_models)  # as migrations/env.py registers them
 
 OUR_TABLES = {"users", "api_keys", "conversations", "messages"}
 HEAD = head_revision()

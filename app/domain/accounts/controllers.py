@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import Provide
-from litestar.exceptions import ClientException, NotAuthorizedException, NotFoundException
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_429_TOO_MANY_REQUESTS
+from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
-from app.domain.accounts import passwords
+from app.db.session import Sessions
 from app.domain.accounts import service as accounts
+from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.login import client_address, device_cookie, known_device, login, logout
 from app.domain.accounts.models import ApiKey, User
-from app.domain.accounts.ratelimit import AuthLimits, TooManyAttemptsError
-from app.web.auth import (
-    client_address,
-    current_user,
-    device_cookie,
-    known_device,
-    login,
-    logout,
-    services_of,
-)
+from app.domain.accounts.ratelimit import AuthLimits
+from app.settings import Settings
 
 
 class Credentials(msgspec.Struct, forbid_unknown_fields=True):
@@ -51,61 +44,56 @@ def key_json(key: ApiKey) -> dict[str, object]:
     }
 
 
-def too_many_attempts(exc: TooManyAttemptsError) -> Response[dict[str, object]]:
-    return Response(
-        {"detail": "too many attempts: try again shortly"},
-        status_code=HTTP_429_TOO_MANY_REQUESTS,
-        headers={"Retry-After": str(math.ceil(exc.retry_after_s))},
-    )
-
-
 class AuthController(Controller):
     path = "/api"
     tags = ["accounts"]
 
     @post("/auth/signup", status_code=HTTP_201_CREATED)
-    async def signup(self, request: Request, data: Credentials) -> Response[dict[str, object]]:
+    async def signup(
+        self,
+        request: Request,
+        data: Credentials,
+        sessions: Sessions,
+        settings: Settings,
+        auth_limits: AuthLimits,
+    ) -> Response[dict[str, object]]:
         """Sign up and log in. An email that is taken answers 409: without a mail round trip,
         a sign-up that logs in at once cannot hide whether the address was free (README,
         "Security"), so sign-ups are limited per address like log-ins instead."""
-        limits: AuthLimits = request.app.state.auth_limits
-        try:
-            await limits.start_signup(client_address(request))
-        except TooManyAttemptsError as exc:
-            return too_many_attempts(exc)
-        sessions = services_of(request).sessions
-        try:
-            user = await accounts.create_user(sessions, data.email, data.password)
-        except accounts.EmailTakenError as exc:
-            raise ClientException(
-                "an account with this email already exists", status_code=409
-            ) from exc
-        except (passwords.WeakPasswordError, ValueError) as exc:
-            raise ClientException(str(exc)) from exc
+        # Refusals (a limit reached: 429; a taken email: 409; a weak password: 400) are answered
+        # by the app's exception map (app/domain/refusals.py).
+        await auth_limits.start_signup(client_address(request))
+        user = await accounts.create_user(sessions, data.email, data.password)
         login(request, user)
         return Response(
             user_json(user),
             status_code=HTTP_201_CREATED,
-            cookies=[device_cookie(request, user.email)],
+            cookies=[device_cookie(request, settings.secret_key, user.email)],
         )
 
     @post("/auth/login", status_code=200)
-    async def login(self, request: Request, data: Credentials) -> Response[dict[str, object]]:
-        limits: AuthLimits = request.app.state.auth_limits
+    async def login(
+        self,
+        request: Request,
+        data: Credentials,
+        sessions: Sessions,
+        settings: Settings,
+        auth_limits: AuthLimits,
+    ) -> Response[dict[str, object]]:
         email = accounts.normalize_email(data.email)
-        try:
-            # Reserved before the (slow) password check: attempts in flight count too.
-            attempt = await limits.start_login(
-                client_address(request), email, known_device(request, email)
-            )
-        except TooManyAttemptsError as exc:
-            return too_many_attempts(exc)
-        user = await accounts.authenticate(services_of(request).sessions, email, data.password)
+        # Reserved before the (slow) password check: attempts in flight count too. A limit
+        # reached is a 429 with Retry-After (the app's exception map, app/domain/refusals.py).
+        attempt = await auth_limits.start_login(
+            client_address(request), email, known_device(request, settings.secret_key, email)
+        )
+        user = await accounts.authenticate(sessions, email, data.password)
         if user is None:
             raise NotAuthorizedException("wrong email or password")
         await attempt.refund()
         login(request, user)
-        return Response(user_json(user), cookies=[device_cookie(request, email)])
+        return Response(
+            user_json(user), cookies=[device_cookie(request, settings.secret_key, email)]
+        )
 
     @post("/auth/logout", status_code=HTTP_204_NO_CONTENT)
     async def logout(self, request: Request) -> None:
@@ -122,20 +110,20 @@ class ApiKeyController(Controller):
     dependencies = {"user": Provide(current_user)}
 
     @get("/")
-    async def list_keys(self, request: Request, user: User) -> list[dict[str, object]]:
-        keys = await accounts.list_api_keys(services_of(request).sessions, user.id)
+    async def list_keys(self, sessions: Sessions, user: User) -> list[dict[str, object]]:
+        keys = await accounts.list_api_keys(sessions, user.id)
         return [key_json(k) for k in keys]
 
     @post("/", status_code=HTTP_201_CREATED)
-    async def create_key(self, request: Request, user: User, data: NewKey) -> dict[str, object]:
+    async def create_key(self, sessions: Sessions, user: User, data: NewKey) -> dict[str, object]:
         key, secret = await accounts.create_api_key(
-            services_of(request).sessions, user.id, data.name.strip() or "API key"
+            sessions, user.id, data.name.strip() or "API key"
         )
         return {**key_json(key), "secret": secret}  # the only time the secret is ever shown
 
     @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
-    async def revoke_key(self, request: Request, user: User, key_id: UUID) -> None:
-        if not await accounts.revoke_api_key(services_of(request).sessions, user.id, key_id):
+    async def revoke_key(self, sessions: Sessions, user: User, key_id: UUID) -> None:
+        if not await accounts.revoke_api_key(sessions, user.id, key_id):
             raise NotFoundException("no such API key")
 
 

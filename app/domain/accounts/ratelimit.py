@@ -13,8 +13,8 @@ Buckets for a log-in, after OWASP's Credential Stuffing Prevention and Authentic
   stranger who fills this bucket fills it for their own address only;
 - per account from unknown devices, all addresses together (`login_max_per_account_total`):
   guessing one account from many addresses. A browser that has logged in to the account before
-  holds a signed device cookie (app/web/auth.py) and is counted per device instead of here,
-  so the owner's own browser is never locked out by others' failures ("device cookies").
+  holds a signed device cookie (app/domain/accounts/login.py) and is counted per device instead
+  of here, so the owner's own browser is never locked out by others' failures ("device cookies").
 
 Sign-ups count per client address (`signup_max_per_address`), successful or not.
 

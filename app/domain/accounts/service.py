@@ -26,6 +26,10 @@ class EmailTakenError(ValueError):
     """A user with this email (in any letter case) already exists."""
 
 
+class InvalidEmailError(ValueError):
+    """Not an email address."""
+
+
 def normalize_email(email: str) -> str:
     return email.strip().lower()
 
@@ -39,13 +43,13 @@ async def create_user(
 ) -> User:
     """Create a user; with `is_admin=None` the first user of the instance becomes its admin.
 
-    Raises `EmailTakenError` and `passwords.WeakPasswordError`. Sign-ups racing on an empty
-    instance all try to be the first admin, and the unique index on `first_admin` lets exactly
-    one of them; the others are created as ordinary users.
+    Raises `EmailTakenError`, `InvalidEmailError` and `passwords.WeakPasswordError`. Sign-ups
+    racing on an empty instance all try to be the first admin, and the unique index on
+    `first_admin` lets exactly one of them; the others are created as ordinary users.
     """
     email = normalize_email(email)
     if "@" not in email:
-        raise ValueError("an email address needs an @")
+        raise InvalidEmailError("an email address needs an @")
     passwords.check_password_strength(password)
     password_hash = await passwords.hash_password(password)
     if is_admin is None and not await _any_user(sessions):

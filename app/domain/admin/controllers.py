@@ -6,16 +6,19 @@ import dataclasses
 from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
 )
 
+from app.db.session import Sessions
+from app.domain.accounts.guards import admin_guard
 from app.domain.admin.views import kill_reply, live_generations, message_row
 from app.domain.chat import service as chat_service
-from app.web.auth import admin_guard, services_of
+from app.domain.chat.replies import ReplyService
+from app.engine import Engine
 
 GUARDED = [NotAuthorizedException, PermissionDeniedException]  # no session; not an admin (or CSRF)
 
@@ -26,26 +29,26 @@ class AdminApiController(Controller):
     tags = ["admin"]
 
     @get("/engine", raises=GUARDED)
-    async def engine_stats(self, request: Request) -> dict[str, Any]:
-        stats = services_of(request).engine.stats()
+    async def engine_stats(self, engine: Engine) -> dict[str, Any]:
+        stats = engine.stats()
         return {**dataclasses.asdict(stats), "extra": dict(stats.extra)}
 
     @get("/live", raises=GUARDED)
-    async def live(self, request: Request) -> list[dict[str, Any]]:
-        return live_generations(services_of(request))
+    async def live(self, replies: ReplyService) -> list[dict[str, Any]]:
+        return live_generations(replies.manager)
 
     @post("/live/{message_id:uuid}/kill", status_code=200, raises=[*GUARDED, NotFoundException])
-    async def kill(self, request: Request, message_id: UUID) -> dict[str, Any]:
+    async def kill(self, replies: ReplyService, message_id: UUID) -> dict[str, Any]:
         """The kill switch: abort a reply on whichever replica runs it."""
-        status = await kill_reply(services_of(request), message_id)
+        status = await kill_reply(replies, message_id)
         if status is None:
             raise NotFoundException("no such reply")
         return {"message_id": str(message_id), "status": status}
 
     @get("/messages/{message_id:uuid}", raises=[*GUARDED, NotFoundException])
-    async def message(self, request: Request, message_id: UUID) -> dict[str, Any]:
+    async def message(self, sessions: Sessions, message_id: UUID) -> dict[str, Any]:
         """Any reply with its timings and stream-health verdict."""
-        message = await chat_service.get_message_unscoped(services_of(request).sessions, message_id)
+        message = await chat_service.get_message_unscoped(sessions, message_id)
         if message is None:
             raise NotFoundException("no such message")
         row = message_row(message)

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.response import Redirect, Template
 
+from app.db.session import Sessions
 from app.domain.accounts import service as accounts
+from app.domain.accounts.guards import admin_guard
 from app.domain.admin.charts import histogram_svg, states_over_time_svg
 from app.domain.admin.views import kill_reply, live_generations, message_row
 from app.domain.chat import admin as queries
 from app.domain.chat import service as chat_service
 from app.domain.chat.models import MessageStatus
-from app.web.auth import admin_guard, services_of
-from app.web.client_input import text_problem
-from app.web.pages import page_context
+from app.domain.chat.replies import ReplyService
+from app.domain.json_input import text_problem
+from app.engine import Engine
 
 PAGE_SIZE = 25
 MAX_PAGE = 1_000_000
@@ -53,7 +56,8 @@ class AdminPages(Controller):
     @get("/")
     async def index(
         self,
-        request: Request,
+        sessions: Sessions,
+        page_globals: dict[str, Any],
         user: str | None = None,
         status: str | None = None,
         date_from: str | None = None,
@@ -61,7 +65,6 @@ class AdminPages(Controller):
         q: str | None = None,
         page: int = 1,
     ) -> Template:
-        sessions = services_of(request).sessions
         if status and status not in {s.value for s in MessageStatus}:
             raise ClientException(f"unknown status {status!r}")
         try:
@@ -102,8 +105,8 @@ class AdminPages(Controller):
         users = [{"id": str(u.id), "email": u.email} for u in await accounts.list_users(sessions)]
         return Template(
             "admin/index.html",
-            context=page_context(
-                request,
+            context=dict(
+                page_globals,
                 conversations=rows,
                 filters={
                     "user": user,
@@ -121,8 +124,9 @@ class AdminPages(Controller):
         )
 
     @get("/conversations/{conversation_id:uuid}")
-    async def conversation(self, request: Request, conversation_id: UUID) -> Template:
-        sessions = services_of(request).sessions
+    async def conversation(
+        self, sessions: Sessions, page_globals: dict[str, Any], conversation_id: UUID
+    ) -> Template:
         conversation = await chat_service.get_conversation_unscoped(sessions, conversation_id)
         if conversation is None:
             raise NotFoundException("no such conversation")
@@ -130,8 +134,8 @@ class AdminPages(Controller):
         owner = await accounts.get_user(sessions, conversation.user_id)
         return Template(
             "admin/conversation.html",
-            context=page_context(
-                request,
+            context=dict(
+                page_globals,
                 conversation={
                     "id": str(conversation.id),
                     "title": conversation.title,
@@ -145,33 +149,32 @@ class AdminPages(Controller):
         )
 
     @get("/live")
-    async def live(self, request: Request) -> Template:
-        services = services_of(request)
-        emails = {str(u.id): u.email for u in await accounts.list_users(services.sessions)}
-        generations = live_generations(services, emails)
-        stats = services.engine.stats()
+    async def live(
+        self, replies: ReplyService, engine: Engine, page_globals: dict[str, Any]
+    ) -> Template:
+        emails = {str(u.id): u.email for u in await accounts.list_users(replies.sessions)}
+        generations = live_generations(replies.manager, emails)
         return Template(
             "admin/live.html",
-            context=page_context(request, generations=generations, engine_stats=stats),
+            context=dict(page_globals, generations=generations, engine_stats=engine.stats()),
         )
 
     @post("/live/{message_id:uuid}/kill", status_code=303)
-    async def kill(self, request: Request, message_id: UUID) -> Redirect:
+    async def kill(self, replies: ReplyService, message_id: UUID) -> Redirect:
         """The kill switch (a form post): abort a reply wherever it runs."""
-        await kill_reply(services_of(request), message_id)
+        await kill_reply(replies, message_id)
         return Redirect("/admin/live", status_code=303)
 
     @get("/charts")
-    async def charts(self, request: Request) -> Template:
-        sessions = services_of(request).sessions
+    async def charts(self, sessions: Sessions, page_globals: dict[str, Any]) -> Template:
         timings = await queries.recent_reply_timings(sessions)
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         hours = [hour - timedelta(hours=i) for i in range(47, -1, -1)]
         counts = await queries.message_status_counts(sessions, since=hours[0], bucket="hour")
         return Template(
             "admin/charts.html",
-            context=page_context(
-                request,
+            context=dict(
+                page_globals,
                 ttft_svg=histogram_svg(timings.ttft_ms, "Time to first token (engine)"),
                 gap_svg=histogram_svg(timings.gap_p50_ms, "Inter-token gap, median per reply"),
                 gap_p99_svg=histogram_svg(timings.gap_p99_ms, "Inter-token gap, p99 per reply"),

@@ -9,8 +9,9 @@ from uuid import UUID
 from app.domain.chat import service as chat_service
 from app.domain.chat.controllers import message_json
 from app.domain.chat.models import Message
+from app.domain.chat.replies import ReplyService
 from app.streaming.events import CancelCause
-from app.web.services import Services
+from app.streaming.manager import GenerationManager
 
 
 def stream_health_warning(message: Message) -> str | None:
@@ -46,17 +47,17 @@ def message_row(m: Message) -> dict[str, Any]:
     }
 
 
-async def kill_reply(services: Services, message_id: UUID) -> str | None:
+async def kill_reply(replies: ReplyService, message_id: UUID) -> str | None:
     """Abort a reply wherever it runs; its status afterwards, or None if there is no such reply."""
-    message = await chat_service.get_message_unscoped(services.sessions, message_id)
+    message = await chat_service.get_message_unscoped(replies.sessions, message_id)
     if message is None or str(message.role) != "assistant":
         return None
-    reply = services.manager.get(str(message_id)) or message
-    return await services.replies.stop(reply, CancelCause.ADMIN)
+    reply = replies.manager.get(str(message_id)) or message
+    return await replies.stop(reply, CancelCause.ADMIN)
 
 
 def live_generations(
-    services: Services, emails: dict[str, str] | None = None
+    manager: GenerationManager, emails: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """The replies generating in this process now, and those that ended here but whose end is
     not saved yet (`saving`: the database is stalled; the save is retried), oldest first."""
@@ -76,5 +77,5 @@ def live_generations(
             "save_attempts": g.save_attempts,
             "save_error": g.save_error,
         }
-        for g in services.manager.live()
+        for g in manager.live()
     ]

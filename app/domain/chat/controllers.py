@@ -18,25 +18,26 @@ from litestar.exceptions import (
     NotFoundException,
     PermissionDeniedException,
     ServiceUnavailableException,
-    TooManyRequestsException,
 )
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
 
+from app.db.session import Sessions
+from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.models import Conversation, Message
-from app.domain.chat.replies import NotFoundError, ReplyService, TooManyRepliesError
-from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
+from app.domain.chat.replies import NotFoundError, ReplyService
+from app.domain.errors import InvalidInputError
+from app.domain.sse import sse_response
+from app.engine import Engine
+from app.engine.base import SamplingParams
 from app.settings import Settings
 from app.streaming.events import CancelCause
 from app.streaming.framing import page_sse
 from app.streaming.generation import Generation
-from app.web.auth import current_user, services_of
-from app.web.services import Services
-from app.web.sse import sse_response
 
 
 class ServerSentEvent(msgspec.Struct):
@@ -142,18 +143,21 @@ def message_json(m: Message) -> dict[str, Any]:
 
 
 def sampling_params(data: ReplyOptions, settings: Settings, context_size: int) -> SamplingParams:
-    """The request's sampling parameters, range-checked (a ValueError becomes a 400)."""
+    """The request's sampling parameters, range-checked (InvalidInputError: a 400)."""
     max_tokens = data.max_tokens if data.max_tokens is not None else settings.default_max_tokens
     if not 1 <= max_tokens <= context_size:
-        raise ValueError(f"max_tokens must be between 1 and {context_size}")
-    return SamplingParams(
-        max_tokens=max_tokens,
-        temperature=0.7 if data.temperature is None else data.temperature,
-        top_p=1.0 if data.top_p is None else data.top_p,
-        top_k=data.top_k or 0,
-        seed=data.seed,
-        stop=tuple(data.stop or ()),
-    )
+        raise InvalidInputError(f"max_tokens must be between 1 and {context_size}")
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=0.7 if data.temperature is None else data.temperature,
+            top_p=1.0 if data.top_p is None else data.top_p,
+            top_k=data.top_k or 0,
+            seed=data.seed,
+            stop=tuple(data.stop or ()),
+        )
+    except ValueError as exc:  # SamplingParams checks its own ranges (app/engine/base.py)
+        raise InvalidInputError(str(exc)) from exc
 
 
 def check_content(content: str, settings: Settings) -> str:
@@ -166,47 +170,20 @@ def check_content(content: str, settings: Settings) -> str:
     return content
 
 
-async def start_reply(
-    replies: ReplyService,
-    user: User,
-    conversation: Conversation,
-    content: str,
-    params: SamplingParams,
-    **kwargs: Any,
-) -> Generation:
-    """Start a reply, turning engine refusals into clear HTTP errors (and a conversation deleted
-    meanwhile, by a racing DELETE, into the 404 it would have got a moment later)."""
-    try:
-        return await replies.start(user.id, conversation, content, params, **kwargs)
-    except TooManyRepliesError as exc:
-        raise TooManyRequestsException(str(exc)) from exc
-    except service.ConversationNotFoundError as exc:
-        raise NotFoundException("no such conversation") from exc
-    except EngineUnavailableError as exc:
-        raise ClientException(str(exc), status_code=503) from exc
-    except EngineError as exc:
-        raise ClientException(str(exc)) from exc
-
-
 async def regenerate_reply(
-    services: Services, user: User, message_id: UUID, options: ReplyOptions
+    replies: ReplyService,
+    settings: Settings,
+    engine: Engine,
+    user: User,
+    message_id: UUID,
+    options: ReplyOptions,
 ) -> Generation:
-    """Answer a reply's question again, turning every refusal into a clear HTTP error."""
+    """Answer a reply's question again (its refusals are answered by app/domain/refusals.py)."""
+    params = sampling_params(options, settings, engine.context_size)
     try:
-        params = sampling_params(options, services.settings, services.engine.context_size)
-        return await services.replies.regenerate(user.id, message_id, params)
-    except ValueError as exc:
-        raise ClientException(str(exc)) from exc
-    except (NotFoundError, service.ConversationNotFoundError) as exc:  # or deleted meanwhile
-        raise NotFoundException("no such message") from exc
-    except service.NotRegenerableError as exc:
-        raise ClientException(str(exc), status_code=HTTP_409_CONFLICT) from exc
-    except TooManyRepliesError as exc:
-        raise TooManyRequestsException(str(exc)) from exc
-    except EngineUnavailableError as exc:
-        raise ClientException(str(exc), status_code=503) from exc
-    except EngineError as exc:
-        raise ClientException(str(exc)) from exc
+        return await replies.regenerate(user.id, message_id, params)
+    except service.ConversationNotFoundError as exc:  # deleted meanwhile: its message with it
+        raise NotFoundError(message_id) from exc
 
 
 def last_event_id(request: Request, after: int | None) -> int:
@@ -226,25 +203,20 @@ class ConversationController(Controller):
     dependencies = {"user": Provide(current_user)}
 
     @get("/", raises=READ)
-    async def list_conversations(self, request: Request, user: User) -> list[dict[str, Any]]:
-        rows = await service.list_conversations(
-            services_of(request).sessions, user.id, source="page"
-        )
+    async def list_conversations(self, sessions: Sessions, user: User) -> list[dict[str, Any]]:
+        rows = await service.list_conversations(sessions, user.id, source="page")
         return [conversation_json(c) for c in rows]
 
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
     async def create(
-        self, request: Request, user: User, data: NewConversation | None = None
+        self, sessions: Sessions, user: User, data: NewConversation | None = None
     ) -> dict[str, Any]:
         title = data.title if data else None
-        conversation = await service.create_conversation(
-            services_of(request).sessions, user.id, title
-        )
+        conversation = await service.create_conversation(sessions, user.id, title)
         return conversation_json(conversation)
 
     @get("/{conversation_id:uuid}", raises=READ_ONE)
-    async def read(self, request: Request, user: User, conversation_id: UUID) -> dict[str, Any]:
-        sessions = services_of(request).sessions
+    async def read(self, sessions: Sessions, user: User, conversation_id: UUID) -> dict[str, Any]:
         conversation = await service.get_conversation(sessions, user.id, conversation_id)
         messages = await service.list_messages(sessions, user.id, conversation_id)
         if conversation is None or messages is None:
@@ -253,9 +225,8 @@ class ConversationController(Controller):
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
-        self, request: Request, user: User, conversation_id: UUID, data: Rename
+        self, sessions: Sessions, user: User, conversation_id: UUID, data: Rename
     ) -> dict[str, Any]:
-        sessions = services_of(request).sessions
         if not await service.rename_conversation(sessions, user.id, conversation_id, data.title):
             raise NotFoundException("no such conversation")
         conversation = await service.get_conversation(sessions, user.id, conversation_id)
@@ -263,12 +234,11 @@ class ConversationController(Controller):
         return conversation_json(conversation)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
-    async def remove(self, request: Request, user: User, conversation_id: UUID) -> None:
-        services = services_of(request)
-        deleted = await service.delete_conversation(services.sessions, user.id, conversation_id)
+    async def remove(self, replies: ReplyService, user: User, conversation_id: UUID) -> None:
+        deleted = await service.delete_conversation(replies.sessions, user.id, conversation_id)
         # Then stop what it is still generating: after the delete, so that a reply whose turn a
         # racing send wrote just before it is stopped too (its final write finds no row: a no-op).
-        for generation in services.manager.live():
+        for generation in replies.manager.live():
             if generation.conversation_id == str(conversation_id) and generation.user_id == str(
                 user.id
             ):
@@ -283,21 +253,23 @@ class ConversationController(Controller):
         raises=START_REPLY,
     )
     async def send(
-        self, request: Request, user: User, conversation_id: UUID, data: SendMessage
+        self,
+        replies: ReplyService,
+        settings: Settings,
+        engine: Engine,
+        user: User,
+        conversation_id: UUID,
+        data: SendMessage,
     ) -> Stream:
         """Send a message; the answer is the reply as server-sent events."""
-        services = services_of(request)
-        conversation = await service.get_conversation(services.sessions, user.id, conversation_id)
+        conversation = await service.get_conversation(replies.sessions, user.id, conversation_id)
         if conversation is None:
             raise NotFoundException("no such conversation")
-        content = check_content(data.content, services.settings)
-        try:
-            params = sampling_params(data, services.settings, services.engine.context_size)
-        except ValueError as exc:
-            raise ClientException(str(exc)) from exc
-        generation = await start_reply(services.replies, user, conversation, content, params)
-        events = services.replies.follow(
-            generation, transport="sse", after=0, keepalive_s=services.settings.keepalive_s
+        content = check_content(data.content, settings)
+        params = sampling_params(data, settings, engine.context_size)
+        generation = await replies.start(user.id, conversation, content, params)
+        events = replies.follow(
+            generation, transport="sse", after=0, keepalive_s=settings.keepalive_s
         )
         return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
 
@@ -307,28 +279,23 @@ class MessageController(Controller):
     tags = ["chat"]
     dependencies = {"user": Provide(current_user)}
 
-    async def _find(self, request: Request, user: User, message_id: UUID) -> Generation | Message:
-        try:
-            return await services_of(request).replies.find(user.id, message_id)
-        except NotFoundError as exc:
-            raise NotFoundException("no such message") from exc
-
     @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE, raises=READ_ONE)
     async def resume(
         self,
         request: Request,
+        replies: ReplyService,
+        settings: Settings,
         user: User,
         message_id: UUID,
         after: Annotated[int | None, Parameter(query="after", ge=0)] = None,
     ) -> Stream:
         """Replay what the client missed since Last-Event-ID, then continue live."""
-        services = services_of(request)
-        reply = await self._find(request, user, message_id)
-        events = services.replies.follow(
+        reply = await replies.find(user.id, message_id)
+        events = replies.follow(
             reply,
             transport="sse",
             after=last_event_id(request, after),
-            keepalive_s=services.settings.keepalive_s,
+            keepalive_s=settings.keepalive_s,
         )
         return sse_response(events, functools.partial(page_sse, message_id=str(message_id)))
 
@@ -339,34 +306,36 @@ class MessageController(Controller):
         raises=[*START_REPLY, ConflictError],
     )
     async def regenerate(
-        self, request: Request, user: User, message_id: UUID, data: ReplyOptions | None = None
+        self,
+        replies: ReplyService,
+        settings: Settings,
+        engine: Engine,
+        user: User,
+        message_id: UUID,
+        data: ReplyOptions | None = None,
     ) -> Stream:
         """Answer the latest reply's question again; the new reply, as server-sent events, takes
         the old one's place (409 for any other reply, or one still streaming)."""
-        services = services_of(request)
-        generation = await regenerate_reply(services, user, message_id, data or ReplyOptions())
-        events = services.replies.follow(
-            generation, transport="sse", after=0, keepalive_s=services.settings.keepalive_s
+        generation = await regenerate_reply(
+            replies, settings, engine, user, message_id, data or ReplyOptions()
+        )
+        events = replies.follow(
+            generation, transport="sse", after=0, keepalive_s=settings.keepalive_s
         )
         return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
 
     @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
-    async def cancel(self, request: Request, user: User, message_id: UUID) -> dict[str, Any]:
+    async def cancel(self, replies: ReplyService, user: User, message_id: UUID) -> dict[str, Any]:
         """Stop a reply (idempotent); answers once its end state is saved."""
-        reply = await self._find(request, user, message_id)
-        status = await services_of(request).replies.stop(reply, CancelCause.USER, CANCEL_WAIT_S)
+        reply = await replies.find(user.id, message_id)
+        status = await replies.stop(reply, CancelCause.USER, CANCEL_WAIT_S)
         return {"message_id": str(message_id), "status": status}
 
     @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def client_metrics(
-        self, request: Request, user: User, message_id: UUID, data: ClientMetrics
+        self, sessions: Sessions, user: User, message_id: UUID, data: ClientMetrics
     ) -> None:
         """The TTFT the browser saw, to compare with the engine's (is a proxy buffering?)."""
-        try:
-            found = await service.record_client_ttft(
-                services_of(request).sessions, user.id, message_id, data.ttft_ms
-            )
-        except ValueError as exc:
-            raise ClientException(str(exc)) from exc
+        found = await service.record_client_ttft(sessions, user.id, message_id, data.ttft_ms)
         if not found:
             raise NotFoundException("no such message")

@@ -37,6 +37,7 @@ from app.domain.chat.models import (
     MessageRole,
     MessageStatus,
 )
+from app.domain.errors import InvalidInputError
 
 TITLE_MAX_CHARS = 200
 DEFAULT_TITLE = "New chat"
@@ -399,7 +400,7 @@ async def record_client_ttft(
 ) -> bool:
     """Store the time to first token a browser measured for one of its user's replies."""
     if not isfinite(client_ttft_ms) or client_ttft_ms < 0:
-        raise ValueError("client_ttft_ms must be a finite, non-negative number")
+        raise InvalidInputError("client_ttft_ms must be a finite, non-negative number")
     async with transaction(sessions) as session:
         result = await session.execute(
             update(Message)

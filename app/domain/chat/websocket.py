@@ -20,8 +20,10 @@ from uuid import UUID
 
 import msgspec
 from litestar import WebSocket, websocket
+from litestar.di import Provide
 from litestar.exceptions import ClientException, HTTPException
 
+from app.domain.accounts.dependencies import socket_user
 from app.domain.accounts.models import User
 from app.domain.chat import service
 from app.domain.chat.controllers import (
@@ -30,16 +32,16 @@ from app.domain.chat.controllers import (
     check_content,
     regenerate_reply,
     sampling_params,
-    start_reply,
 )
 from app.domain.chat.models import Message
-from app.domain.chat.replies import NotFoundError
+from app.domain.chat.replies import ReplyService
+from app.domain.json_input import BadJsonError, decode_frame, text_problem
+from app.domain.refusals import refusal_for
+from app.engine import Engine
+from app.settings import Settings
 from app.streaming.events import CancelCause
 from app.streaming.framing import page_ws
 from app.streaming.generation import Generation
-from app.web.auth import optional_user, services_of
-from app.web.client_input import BadJsonError, decode_frame, text_problem
-from app.web.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +83,32 @@ def same_origin(socket: WebSocket) -> bool:
     return urlsplit(origin).netloc == host
 
 
+def rejection(exc: Exception, kind: object) -> tuple[str, int]:
+    """The `rejected` frame's error and status for a request that failed: the one place where the
+    WebSocket translates an error (HTTP errors keep theirs; a domain error gets its status from
+    app/domain/refusals.py, as over HTTP; anything else is a bug, a 500)."""
+    if isinstance(exc, HTTPException):
+        return exc.detail, exc.status_code
+    if (refusal := refusal_for(exc)) is not None:
+        return refusal.message, refusal.status
+    log.error("the WebSocket request %r failed", kind, exc_info=exc)
+    return "internal server error", 500
+
+
 class ChatSocket:
-    def __init__(self, socket: WebSocket, user: User, services: Services) -> None:
+    def __init__(
+        self,
+        socket: WebSocket,
+        user: User,
+        replies: ReplyService,
+        settings: Settings,
+        engine: Engine,
+    ) -> None:
         self.socket = socket
         self.user = user
-        self.services = services
+        self.replies = replies
+        self.settings = settings
+        self.engine = engine
         self._send_lock = asyncio.Lock()
         self._streams: set[asyncio.Task[None]] = set()
 
@@ -138,48 +161,38 @@ class ChatSocket:
                 )
         except msgspec.ValidationError as exc:
             await self.reject(f"invalid {kind} request: {exc}", client_ref)
-        except HTTPException as exc:
-            await self.reject(exc.detail, client_ref, status=exc.status_code)
-        except Exception:  # a bug: this request fails, the socket and its other replies go on
-            log.exception("the WebSocket request %r failed", kind)
-            await self.reject("internal server error", client_ref, status=500)
+        except Exception as exc:  # the request fails; the socket and its other replies go on
+            error, status = rejection(exc, kind)
+            await self.reject(error, client_ref, status=status)
 
     async def on_send(self, request: SendRequest) -> None:
-        services = self.services
         if request.conversation_id is None:
             raise ClientException("conversation_id is required")
         conversation = await service.get_conversation(
-            services.sessions, self.user.id, request.conversation_id
+            self.replies.sessions, self.user.id, request.conversation_id
         )
         if conversation is None:
             raise ClientException("no such conversation", status_code=404)
-        content = check_content(request.content, services.settings)
-        try:
-            params = sampling_params(request, services.settings, services.engine.context_size)
-        except ValueError as exc:
-            raise ClientException(str(exc)) from exc
-        generation = await start_reply(services.replies, self.user, conversation, content, params)
+        content = check_content(request.content, self.settings)
+        params = sampling_params(request, self.settings, self.engine.context_size)
+        generation = await self.replies.start(self.user.id, conversation, content, params)
         self.stream(generation, after=0, client_ref=request.client_ref)
 
     async def on_regenerate(self, request: RegenerateRequest) -> None:
-        generation = await regenerate_reply(self.services, self.user, request.message_id, request)
+        generation = await regenerate_reply(
+            self.replies, self.settings, self.engine, self.user, request.message_id, request
+        )
         self.stream(generation, after=0, client_ref=request.client_ref)
 
-    async def _find(self, message_id: UUID) -> Generation | Message:
-        try:
-            return await self.services.replies.find(self.user.id, message_id)
-        except NotFoundError as exc:
-            raise ClientException("no such message", status_code=404) from exc
-
     async def on_cancel(self, request: CancelRequest) -> None:
-        reply = await self._find(request.message_id)
+        reply = await self.replies.find(self.user.id, request.message_id)
         # Not awaited: the socket keeps receiving; the reply's own stream carries its end.
-        task = asyncio.create_task(self.services.replies.stop(reply, CancelCause.USER))
+        task = asyncio.create_task(self.replies.stop(reply, CancelCause.USER))
         self._streams.add(task)
         task.add_done_callback(self._streams.discard)
 
     async def on_resume(self, request: ResumeRequest) -> None:
-        reply = await self._find(request.message_id)
+        reply = await self.replies.find(self.user.id, request.message_id)
         self.stream(reply, after=max(0, request.after), client_ref=request.client_ref)
 
     def stream(
@@ -193,8 +206,8 @@ class ChatSocket:
         self, reply: Generation | Message, after: int, client_ref: str | None
     ) -> None:
         message_id = reply.message_id if isinstance(reply, Generation) else str(reply.id)
-        events = self.services.replies.follow(
-            reply, transport="ws", after=after, keepalive_s=self.services.settings.keepalive_s
+        events = self.replies.follow(
+            reply, transport="ws", after=after, keepalive_s=self.settings.keepalive_s
         )
         with contextlib.suppress(Exception):  # a dead socket ends this stream, not the others
             async with aclosing(events):
@@ -208,14 +221,19 @@ class ChatSocket:
                     await self.send(payload)
 
 
-@websocket("/ws")
-async def chat_socket(socket: WebSocket) -> None:
+@websocket("/ws", dependencies={"user": Provide(socket_user)})
+async def chat_socket(
+    socket: WebSocket,
+    user: User | None,
+    replies: ReplyService,
+    settings: Settings,
+    engine: Engine,
+) -> None:
     await socket.accept()
     if not same_origin(socket):
         await socket.close(CLOSE_POLICY, "cross-origin WebSocket refused")
         return
-    user = await optional_user(socket)
     if user is None:
         await socket.close(CLOSE_UNAUTHORIZED, "log in first")
         return
-    await ChatSocket(socket, user, services_of(socket)).run()
+    await ChatSocket(socket, user, replies, settings, engine).run()

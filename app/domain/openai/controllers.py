@@ -20,15 +20,19 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import Stream
 
+from app.db.session import Sessions
+from app.domain.accounts.dependencies import api_key_user
 from app.domain.accounts.models import User
 from app.domain.chat import service
-from app.domain.chat.controllers import start_reply
+from app.domain.chat.replies import ReplyService, TooManyRepliesError
 from app.domain.openai.schemas import ChatCompletionRequest, OpenAIErrorBody, openai_error
+from app.domain.refusals import DOMAIN_ERRORS, refusal_for
+from app.domain.sse import sse_response
+from app.engine import Engine
 from app.engine.base import SamplingParams
+from app.settings import Settings
 from app.streaming.events import Delta, Final
 from app.streaming.framing import OpenAIChunks, openai_completion
-from app.web.auth import api_key_user, services_of
-from app.web.sse import sse_response
 
 ROLES = {"system", "user", "assistant"}
 
@@ -102,7 +106,12 @@ ERRORS = {
     },
 )
 async def chat_completions(
-    request: Request, user: User, data: ChatCompletionRequest
+    request: Request,
+    replies: ReplyService,
+    settings: Settings,
+    engine: Engine,
+    user: User,
+    data: ChatCompletionRequest,
 ) -> Response[Any] | Stream:
     """A chat completion, as JSON or (`stream: true`) as server-sent events, like OpenAI's.
 
@@ -110,37 +119,31 @@ async def chat_completions(
     JSON, JSON nested too deeply and text that cannot be stored are 400s in OpenAI's shape (see
     `_error_response`), and a client that leaves mid-body is a quiet 499.
     """
-    services = services_of(request)
     body = data
-    if body.model != services.engine.model_name:
+    sessions: Sessions = replies.sessions
+    if body.model != engine.model_name:
         raise OpenAIError(
             f"the model {body.model!r} does not exist; GET /v1/models lists the models",
             status_code=404,
             param="model",
             code="model_not_found",
         )
-    messages = _messages(body, services.settings.max_message_chars)
-    params = _params(body, services.engine.context_size, services.settings.default_max_tokens)
+    messages = _messages(body, settings.max_message_chars)
+    params = _params(body, engine.context_size, settings.default_max_tokens)
     conversation = await service.create_conversation(
-        services.sessions, user.id, messages[-1]["content"][:80], source="api"
+        sessions, user.id, messages[-1]["content"][:80], source="api"
     )
     try:
-        generation = await start_reply(
-            services.replies,
-            user,
-            conversation,
-            messages[-1]["content"],
-            params,
-            extra_messages=messages,
+        generation = await replies.start(
+            user.id, conversation, messages[-1]["content"], params, extra_messages=messages
         )
-    except HTTPException as exc:
-        await service.delete_conversation(services.sessions, user.id, conversation.id)
-        code = "rate_limit_exceeded" if exc.status_code == 429 else None  # as OpenAI's own 429s
-        raise OpenAIError(exc.detail, status_code=exc.status_code, code=code) from exc
+    except DOMAIN_ERRORS:  # refused (answered by `_error_response`): keep no empty conversation
+        await service.delete_conversation(sessions, user.id, conversation.id)
+        raise
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    model = services.engine.model_name
-    events = services.replies.follow(
-        generation, transport="openai", after=0, keepalive_s=services.settings.keepalive_s
+    model = engine.model_name
+    events = replies.follow(
+        generation, transport="openai", after=0, keepalive_s=settings.keepalive_s
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -191,8 +194,8 @@ async def _until_disconnected(request: Request) -> None:
 
 
 @get("/models", responses={401: ResponseSpec(OpenAIErrorBody, description=ERRORS[401])})
-async def list_models(request: Request, user: User) -> dict[str, Any]:
-    model = services_of(request).engine.model_name
+async def list_models(engine: Engine, user: User) -> dict[str, Any]:
+    model = engine.model_name
     return {
         "object": "list",
         "data": [{"id": model, "object": "model", "created": 0, "owned_by": "streamchat"}],
@@ -202,10 +205,15 @@ async def list_models(request: Request, user: User) -> dict[str, Any]:
 def _error_response(request: Request, exc: Exception) -> Response[Any]:
     """Every error under /v1 in OpenAI's shape, so clients raise their usual exceptions."""
     status = getattr(exc, "status_code", 500)
+    fields = getattr(exc, "fields", {})
     if isinstance(exc, ValidationException):
         message = f"invalid request: {exc.extra or exc.detail}"
     elif isinstance(exc, HTTPException):
         message = exc.detail
+    elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
+        status, message = refusal.status, refusal.message
+        # As OpenAI's own 429s; its other errors carry no code.
+        fields = {"code": "rate_limit_exceeded" if isinstance(exc, TooManyRepliesError) else None}
     else:
         message = "internal server error"
     kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(
@@ -213,7 +221,6 @@ def _error_response(request: Request, exc: Exception) -> Response[Any]:
     )
     if status >= 500:
         kind = "server_error"
-    fields = getattr(exc, "fields", {})
     return Response(openai_error(message, kind=kind, **fields), status_code=status)
 
 
@@ -221,7 +228,13 @@ openai_router = Router(
     path="/v1",
     route_handlers=[chat_completions, list_models],
     dependencies={"user": Provide(api_key_user)},
-    exception_handlers={Exception: _error_response},
+    # The domain's error classes too: Litestar picks the handler by the error's class first
+    # (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py), so the
+    # app's map would win for them.
+    exception_handlers={
+        Exception: _error_response,
+        **dict.fromkeys(DOMAIN_ERRORS, _error_response),
+    },
     tags=["openai"],
 )
 

@@ -1,0 +1,10 @@
+"""The base of the domain's own refusals that no more specific class names."""
+
+from __future__ import annotations
+
+
+class InvalidInputError(ValueError):
+    """A request's value the domain refuses (out of range, not storable...): the client's fault.
+
+    A ValueError, so callers that catch ValueError keep working; a plain ValueError elsewhere is a
+    bug, and stays one (a 500)."""

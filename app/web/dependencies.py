@@ -1,0 +1,69 @@
+"""What the web layer hands the handlers through Litestar's dependency injection (`Provide`).
+
+The lifespan puts the app's `Services` in `app.state`; each provider here takes one piece of it,
+so a domain handler names what it needs (`replies: ReplyService`, `sessions: Sessions`,
+`settings: Settings`, ...) and never reaches into the app's state itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.datastructures import State
+from litestar.di import Provide
+
+from app.db.session import Sessions
+from app.domain.accounts.ratelimit import AuthLimits
+from app.domain.chat.replies import ReplyService
+from app.engine import Engine
+from app.settings import Settings
+from app.web.services import Services
+
+
+def provide_services(state: State) -> Services:
+    return state.services
+
+
+def provide_settings(services: Services) -> Settings:
+    return services.settings
+
+
+def provide_sessions(services: Services) -> Sessions:
+    return services.sessions
+
+
+def provide_replies(services: Services) -> ReplyService:
+    return services.replies
+
+
+def provide_engine(services: Services) -> Engine:
+    return services.engine
+
+
+def provide_auth_limits(state: State) -> AuthLimits:
+    return state.auth_limits
+
+
+def provide_page_globals(services: Services) -> dict[str, Any]:
+    """What every page shows besides its own content. The CSRF token is not in it: templates call
+    Litestar's `csrf_token()` (litestar/template/base.py, registered for Jinja in
+    litestar/plugins/jinja.py), the token the CSRF middleware set for this request."""
+    return {
+        "model_name": services.engine.model_name,
+        "engine_ready": services.engine_ready.is_set(),
+    }
+
+
+def app_dependencies() -> dict[str, Provide]:
+    return {
+        name: Provide(provider, sync_to_thread=False)
+        for name, provider in {
+            "services": provide_services,
+            "settings": provide_settings,
+            "sessions": provide_sessions,
+            "replies": provide_replies,
+            "engine": provide_engine,
+            "auth_limits": provide_auth_limits,
+            "page_globals": provide_page_globals,
+        }.items()
+    }

@@ -1,0 +1,72 @@
+"""The one exception map: each domain error answers with its status and message, over HTTP (the
+app factory's handlers), under /v1 (OpenAI's error shape) and on the WebSocket (`rejected`)."""
+
+from __future__ import annotations
+
+from litestar import Litestar, Router, get
+from litestar.testing import TestClient
+
+from app.domain.accounts.ratelimit import TooManyAttemptsError
+from app.domain.chat.replies import NotFoundError, TooManyRepliesError
+from app.domain.chat.service import ConversationNotFoundError, NotRegenerableError
+from app.domain.chat.websocket import rejection
+from app.domain.errors import InvalidInputError
+from app.domain.openai.controllers import openai_router
+from app.engine.base import EngineUnavailableError, PromptTooLongError
+from app.web.errors import EXCEPTION_HANDLERS
+
+CASES = {
+    "not-found": (NotFoundError("x"), 404, "no such message"),
+    "conversation": (ConversationNotFoundError("x"), 404, "no such conversation"),
+    "regenerate": (NotRegenerableError("only the latest"), 409, "only the latest"),
+    "busy": (TooManyRepliesError(8), 429, str(TooManyRepliesError(8))),
+    "down": (EngineUnavailableError("shutting down"), 503, "shutting down"),
+    "engine": (PromptTooLongError(9, 8), 400, str(PromptTooLongError(9, 8))),  # other EngineErrors
+    "input": (InvalidInputError("bad value"), 400, "bad value"),
+}
+
+
+def raising(name: str, exc: Exception):  # type: ignore[no-untyped-def]
+    @get(f"/{name}", name=f"raise-{name}", sync_to_thread=False)
+    def handler() -> None:
+        raise exc
+
+    return handler
+
+
+def make_app() -> Litestar:
+    handlers = [raising(name, exc) for name, (exc, _, _) in CASES.items()]
+    v1 = Router(
+        "/v1",
+        route_handlers=[raising(name, exc) for name, (exc, _, _) in CASES.items()],
+        exception_handlers=openai_router.exception_handlers,
+    )
+    limited = raising("limited", TooManyAttemptsError(12.2))
+    return Litestar([*handlers, limited, v1], exception_handlers=EXCEPTION_HANDLERS)
+
+
+def test_every_domain_error_has_its_status_over_http_v1_and_the_websocket() -> None:
+    with TestClient(make_app()) as client:
+        for name, (exc, status, message) in CASES.items():
+            page = client.get(f"/{name}")
+            assert (page.status_code, page.json()) == (
+                status,
+                {"status_code": status, "detail": message},
+            )
+            api = client.get(f"/v1/{name}")
+            assert api.status_code == status
+            assert api.json()["error"]["message"] == message
+            assert api.json()["error"]["code"] == ("rate_limit_exceeded" if status == 429 else None)
+            assert rejection(exc, "send") == (message, status)
+
+
+def test_login_limits_keep_their_body_and_retry_after() -> None:
+    with TestClient(make_app()) as client:
+        answer = client.get("/limited")
+    assert answer.status_code == 429
+    assert answer.json() == {"detail": "too many attempts: try again shortly"}
+    assert answer.headers["retry-after"] == "13"
+
+
+def test_anything_else_is_a_500_on_the_websocket() -> None:
+    assert rejection(RuntimeError("a bug"), "send") == ("internal server error", 500)
