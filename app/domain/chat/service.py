@@ -297,35 +297,14 @@ async def save_progress(
 
 
 async def finish_message(
-    sessions: Sessions,
-    message_id: UUID,
-    status: MessageStatus | str,
-    *,
-    content: str | None = None,
-    finish_reason: str | None = None,
-    usage: Usage | None = None,
-    timings: Timings | None = None,
-    error: str | None = None,
-    cancel: CancelInfo | None = None,
-    engine_request_id: str | None = None,
+    sessions: Sessions, message_id: UUID, status: MessageStatus | str, **fields: Any
 ) -> bool:
     """Write a reply's final state; True if this call did it, False if it was already final.
 
-    `content=None` keeps the last flushed text; other None arguments leave their columns alone.
+    `fields` are `finish_update`'s; `content=None` keeps the last flushed text.
     """
-    statement = finish_update(
-        message_id,
-        status,
-        content=content,
-        finish_reason=finish_reason,
-        usage=usage,
-        timings=timings,
-        error=error,
-        cancel=cancel,
-        engine_request_id=engine_request_id,
-    )
     async with transaction(sessions) as session:
-        result = await session.execute(statement)
+        result = await session.execute(finish_update(message_id, status, **fields))
         return result.rowcount > 0
 
 
