@@ -141,8 +141,6 @@ class Generation:
         """The reply has ended and its end state is saved."""
         return self._done.is_set()
 
-    saved = done
-
     @property
     def saving(self) -> bool:
         """The reply has ended; its end state is not saved yet."""
@@ -168,7 +166,7 @@ class Generation:
 
     def final_event(self) -> Final:
         assert self.outcome is not None
-        return final_from_outcome(self.outcome, saved=self.saved)
+        return final_from_outcome(self.outcome, saved=self.done)
 
     # -- subscribers --------------------------------------------------------------------------
 
