@@ -102,6 +102,22 @@ def server_env(
     return env
 
 
+def end_process(process: subprocess.Popen[bytes] | None, timeout_s: float) -> int | None:
+    """SIGTERM, then SIGKILL to its whole process group (started with `start_new_session`) if it
+    lingers past `timeout_s`. Returns its exit code (None for no process)."""
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    return process.returncode
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -266,17 +282,7 @@ class LiveServer:
         process, self.process = self.process, None
         if self in LiveServer.active:
             LiveServer.active.remove(self)
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)  # its own group: start_new_session
-                process.wait(timeout=10)
-        return process.returncode
+        return end_process(process, timeout_s)
 
     def signal(self, signum: int) -> None:
         assert self.process is not None, "the server is not running"

@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,7 +36,14 @@ from typing import Any, ClassVar
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from tests.live_server import LiveServer, PageClient, PageStream, SseReader, free_port
+from tests.live_server import (
+    LiveServer,
+    PageClient,
+    PageStream,
+    SseReader,
+    end_process,
+    free_port,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROCFILE = PROJECT_ROOT / "Procfile"
@@ -143,17 +149,7 @@ class Managed:
         process, self.process = self.process, None
         if self in Managed.running:
             Managed.running.remove(self)
-        if process is None:
-            return None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)  # its own group: start_new_session
-                process.wait(timeout=10)
-        return process.returncode
+        return end_process(process, timeout_s)
 
     def _spawn(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> None:
         with self.log_path.open("ab") as log:
