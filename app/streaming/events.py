@@ -15,8 +15,8 @@ from typing import Any
 class Status(StrEnum):
     """A reply's state: `streaming` while it runs, then exactly one of the final ones.
 
-    Also the stored message's status column (app/domain/chat/models.py): its values are in the
-    database's CHECK constraint, so adding one needs a migration.
+    Replies are stored with it too: its values are in the database's CHECK constraint, so a new
+    one needs a migration.
     """
 
     STREAMING = "streaming"  # being generated; partial text flushed about once a second

@@ -49,11 +49,8 @@ def _ms(start: float | None, end: float | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """Everything the recorder persists about a finished reply: the reply's one record.
-
-    The database keeps it field for field (app/domain/chat/reply_rows.py maps it to the message
-    row's columns and back); times are `time.time()` seconds.
-    """
+    """Everything the recorder persists about a finished reply, kept as it is: the reply's one
+    record, read back the same from storage. Times are `time.time()` seconds."""
 
     message_id: str
     status: Status
