@@ -245,7 +245,8 @@ async def count_streaming(database_url: str, conversation_ids: Sequence[str]) ->
     from sqlalchemy.pool import NullPool
 
     from app.db.engine import create_engine
-    from app.domain.chat.models import Message, MessageStatus
+    from app.domain.chat.models import Message
+    from app.streaming.events import Status
 
     ids = [uuid.UUID(c) for c in conversation_ids]
     engine = create_engine(database_url, poolclass=NullPool)
@@ -258,7 +259,7 @@ async def count_streaming(database_url: str, conversation_ids: Sequence[str]) ->
                         select(func.count())
                         .select_from(Message)
                         .where(
-                            Message.status == MessageStatus.STREAMING,
+                            Message.status == Status.STREAMING,
                             Message.conversation_id.in_(ids[i : i + 500]),
                         )
                     )
@@ -267,7 +268,7 @@ async def count_streaming(database_url: str, conversation_ids: Sequence[str]) ->
                 await conn.execute(
                     select(func.count())
                     .select_from(Message)
-                    .where(Message.status == MessageStatus.STREAMING)
+                    .where(Message.status == Status.STREAMING)
                 )
             ).scalar_one()
     finally:

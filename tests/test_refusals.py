@@ -7,8 +7,9 @@ from litestar import Litestar, Router, get
 from litestar.testing import TestClient
 
 from app.domain.accounts.ratelimit import TooManyAttemptsError
+from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.replies import NotFoundError, TooManyRepliesError
-from app.domain.chat.service import ConversationNotFoundError, NotRegenerableError
+from app.domain.chat.reply_rows import NotRegenerableError
 from app.domain.chat.websocket import rejection
 from app.domain.errors import InvalidInputError
 from app.domain.openai.controllers import openai_router

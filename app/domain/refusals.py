@@ -15,8 +15,9 @@ from typing import Any
 from app.domain.accounts.passwords import WeakPasswordError
 from app.domain.accounts.ratelimit import TooManyAttemptsError
 from app.domain.accounts.service import EmailTakenError, InvalidEmailError
+from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.replies import NotFoundError, TooManyRepliesError
-from app.domain.chat.service import ConversationNotFoundError, NotRegenerableError
+from app.domain.chat.reply_rows import NotRegenerableError
 from app.domain.errors import InvalidInputError
 from app.engine.base import EngineError, EngineUnavailableError
 

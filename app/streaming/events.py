@@ -7,24 +7,29 @@ client that says `Last-Event-ID: 42` gets `text[42:]`, nothing missing and nothi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 
 class Status(StrEnum):
-    """A reply's state: `streaming` while it runs, then exactly one of the final ones."""
+    """A reply's state: `streaming` while it runs, then exactly one of the final ones.
 
-    STREAMING = "streaming"
-    COMPLETED = "completed"
-    LENGTH = "length"
-    CANCELLED = "cancelled"
-    DISCONNECTED = "disconnected"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
+    Replies are stored with it too: its values are in the database's CHECK constraint, so a new
+    one needs a migration.
+    """
 
+    STREAMING = "streaming"  # being generated; partial text flushed about once a second
+    COMPLETED = "completed"  # stop token or stop string (and every user message)
+    LENGTH = "length"  # hit max tokens or the context size
+    CANCELLED = "cancelled"  # the user (or the admin) pressed Stop
+    DISCONNECTED = "disconnected"  # the client went away and did not come back
+    FAILED = "failed"  # engine or server error
+    INTERRUPTED = "interrupted"  # the server stopped mid-reply (at shutdown, or marked at start)
 
-FINAL_STATUSES = frozenset(Status) - {Status.STREAMING}
+    @property
+    def is_final(self) -> bool:
+        return self is not Status.STREAMING
 
 
 class CancelCause(StrEnum):
@@ -82,7 +87,6 @@ class Start:
     message_id: str
     conversation_id: str
     user_message_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -90,7 +94,6 @@ class Start:
             "conversation_id": self.conversation_id,
             "user_message_id": self.user_message_id,
             "offset": self.id,
-            **self.extra,
         }
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from app.engine.base import EngineEvent, Finished, FinishReason
 from app.streaming import metrics
-from app.streaming.events import CancelCause, Delta, Final, Start, Status
+from app.streaming.events import CancelCause, Final, Start, Status
 
 if TYPE_CHECKING:
     from app.streaming.subscriber import Subscriber
@@ -49,7 +49,8 @@ def _ms(start: float | None, end: float | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """Everything the recorder persists about a finished reply."""
+    """Everything the recorder persists about a finished reply, kept as it is: the reply's one
+    record, read back the same from storage. Times are `time.time()` seconds."""
 
     message_id: str
     status: Status
@@ -346,6 +347,3 @@ def final_from_outcome(outcome: Outcome, *, saved: bool = True) -> Final:
         error=outcome.error,
         saved=saved,
     )
-
-
-__all__ = ["Delta", "Final", "Generation", "Outcome", "final_from_outcome"]

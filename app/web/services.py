@@ -12,7 +12,7 @@ from app.db.cancel_channel import ATTACH, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
-from app.domain.chat import service as chat_service
+from app.domain.chat import reply_rows
 from app.domain.chat.recorder import DatabaseRecorder
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine, create_engine
@@ -61,7 +61,7 @@ class Services:
         return cls(settings, db_engine, sessions, engine, manager, replies)
 
     async def start(self) -> None:
-        interrupted = await chat_service.mark_interrupted_at_startup(
+        interrupted = await reply_rows.mark_interrupted_at_startup(
             self.sessions, self.settings.replica_id
         )
         if interrupted:

@@ -3,7 +3,7 @@
 from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
 from litestar import Litestar
 
-from app.db.config import make_alchemy_config
 from app.settings import Settings
+from tests.db.alchemy_config import make_alchemy_config
 
 app = Litestar(plugins=[SQLAlchemyPlugin(config=make_alchemy_config(Settings.from_env()))])

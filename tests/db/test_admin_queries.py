@@ -4,22 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.domain.accounts.models import User
-from app.domain.chat import service as chat
-from app.domain.chat.admin import (
+from app.domain.admin.queries import (
     ConversationFilter,
     StatusCount,
     admin_list_conversations,
     admin_list_messages,
+    get_conversation_unscoped,
     message_status_counts,
 )
-from app.domain.chat.models import Conversation, ConversationSource, Message, MessageStatus
+from app.domain.chat import conversations, reply_rows
+from app.domain.chat.models import Conversation, ConversationSource, Message
+from app.streaming.events import Status
+from tests.db.chat_rows import finish_reply
 
 Sessions = async_sessionmaker[AsyncSession]
 MakeUser = Callable[..., Awaitable[User]]
@@ -45,15 +48,15 @@ async def _conversation(
     sessions: Sessions,
     user: User,
     title: str,
-    turns: list[tuple[str, str, MessageStatus]],
+    turns: list[tuple[str, str, Status]],
     at: datetime,
     source: ConversationSource = ConversationSource.PAGE,
 ) -> Conversation:
-    conversation = await chat.create_conversation(sessions, user.id, title, source)
+    conversation = await conversations.create_conversation(sessions, user.id, title, source)
     for question, answer, status in turns:
-        _, reply = await chat.add_turn(sessions, conversation.id, question, "m")
-        if status is not MessageStatus.STREAMING:
-            await chat.finish_message(sessions, reply.id, status, content=answer)
+        _, reply = await reply_rows.add_turn(sessions, conversation.id, question, "m")
+        if status is not Status.STREAMING:
+            await finish_reply(sessions, reply.id, status, text=answer)
     await _set_times(sessions, conversation.id, at)
     return conversation
 
@@ -62,7 +65,7 @@ async def _conversation(
 async def seeded(db_sessions: Sessions, make_user: MakeUser) -> dict[str, object]:
     alice = await make_user("alice@example.com")
     bob = await make_user("bob@example.com")
-    s = MessageStatus
+    s = Status
     recipes = await _conversation(
         db_sessions,
         alice,
@@ -111,9 +114,9 @@ async def test_lists_everyone_most_recent_first(db_sessions: Sessions, seeded: d
     rows = {row.conversation.title: row for row in page.items}
     assert rows["Recipes"].user_email == "alice@example.com"
     assert rows["Recipes"].message_count == 4
-    assert rows["Recipes"].last_status is MessageStatus.CANCELLED
-    assert rows["Live one"].last_status is MessageStatus.STREAMING
-    assert rows["Travel plans"].last_status is MessageStatus.FAILED
+    assert rows["Recipes"].last_status is Status.CANCELLED
+    assert rows["Live one"].last_status is Status.STREAMING
+    assert rows["Travel plans"].last_status is Status.FAILED
 
 
 async def test_filters(db_sessions: Sessions, seeded: dict) -> None:
@@ -124,15 +127,15 @@ async def test_filters(db_sessions: Sessions, seeded: dict) -> None:
     assert await _ids(db_sessions, user_id=alice) == [maths, recipes]
     assert await _ids(db_sessions, user_id=bob) == [live, travel]
     assert await _ids(db_sessions, source=ConversationSource.API) == [travel]
-    assert await _ids(db_sessions, status=MessageStatus.CANCELLED) == [recipes]
-    assert await _ids(db_sessions, status=MessageStatus.COMPLETED) == [maths, recipes]
-    assert await _ids(db_sessions, status=MessageStatus.STREAMING) == [live]
-    assert await _ids(db_sessions, status=MessageStatus.INTERRUPTED) == []
+    assert await _ids(db_sessions, status=Status.CANCELLED) == [recipes]
+    assert await _ids(db_sessions, status=Status.COMPLETED) == [maths, recipes]
+    assert await _ids(db_sessions, status=Status.STREAMING) == [live]
+    assert await _ids(db_sessions, status=Status.INTERRUPTED) == []
     assert await _ids(
         db_sessions, updated_after=T0 + timedelta(1), updated_before=T0 + timedelta(3)
     ) == [travel, maths]
-    assert await _ids(db_sessions, user_id=alice, status=MessageStatus.CANCELLED) == [recipes]
-    assert await _ids(db_sessions, user_id=bob, status=MessageStatus.CANCELLED) == []
+    assert await _ids(db_sessions, user_id=alice, status=Status.CANCELLED) == [recipes]
+    assert await _ids(db_sessions, user_id=bob, status=Status.CANCELLED) == []
 
 
 async def test_search_is_case_insensitive_over_titles_and_text(
@@ -161,7 +164,7 @@ async def test_pagination(db_sessions: Sessions, seeded: dict) -> None:
 
 
 async def test_message_status_counts_by_hour_and_day(db_sessions: Sessions, seeded: dict) -> None:
-    s = MessageStatus
+    s = Status
     by_day = await message_status_counts(
         db_sessions, since=T0 - timedelta(hours=1), until=T0 + timedelta(days=10), bucket="day"
     )
@@ -195,3 +198,6 @@ async def test_message_status_counts_by_hour_and_day(db_sessions: Sessions, seed
 async def test_admin_sees_any_conversation_messages(db_sessions: Sessions, seeded: dict) -> None:
     messages = await admin_list_messages(db_sessions, seeded["recipes"].id)
     assert [m.content for m in messages] == ["how to bake bread", "Use flour", "and cake?", "Sugar"]
+    conversation = await get_conversation_unscoped(db_sessions, seeded["recipes"].id)
+    assert conversation is not None and conversation.title == "Recipes"
+    assert await get_conversation_unscoped(db_sessions, uuid4()) is None

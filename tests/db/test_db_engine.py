@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.db.config import make_alchemy_config
 from app.db.engine import SQLITE_BUSY_TIMEOUT_MS, create_engine, normalize_database_url
 from app.domain.accounts import service as accounts
-from app.domain.chat import service as chat
+from app.domain.chat import conversations, reply_rows
 from app.settings import Settings
+from tests.db.alchemy_config import make_alchemy_config
+from tests.db.chat_rows import finish_reply
 
 
 @pytest.mark.parametrize(
@@ -64,10 +65,10 @@ async def test_litestar_config_sessions_serve_the_services(
     sessions = config.create_session_maker()
     try:
         user = await accounts.create_user(sessions, "web@example.com", "long enough")
-        conversation = await chat.create_conversation(sessions, user.id, "via the plugin")
-        _, reply = await chat.add_turn(sessions, conversation.id, "hi", "m")
-        assert await chat.finish_message(sessions, reply.id, "completed", content="hello")
-        messages = await chat.list_messages(sessions, user.id, conversation.id)
+        conversation = await conversations.create_conversation(sessions, user.id, "via the plugin")
+        _, reply = await reply_rows.add_turn(sessions, conversation.id, "hi", "m")
+        assert await finish_reply(sessions, reply.id, "completed", text="hello")
+        messages = await conversations.list_messages(sessions, user.id, conversation.id)
         assert [m.content for m in messages or []] == ["hi", "hello"]
     finally:
         await config.get_engine().dispose()

@@ -16,7 +16,7 @@ from litestar.exceptions import (
 from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin.views import kill_reply, live_generations, message_row
-from app.domain.chat import service as chat_service
+from app.domain.chat import reply_rows
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine
 
@@ -48,7 +48,7 @@ class AdminApiController(Controller):
     @get("/messages/{message_id:uuid}", raises=[*GUARDED, NotFoundException])
     async def message(self, sessions: Sessions, message_id: UUID) -> dict[str, Any]:
         """Any reply with its timings and stream-health verdict."""
-        message = await chat_service.get_message_unscoped(sessions, message_id)
+        message = await reply_rows.get_message_unscoped(sessions, message_id)
         if message is None:
             raise NotFoundException("no such message")
         row = message_row(message)

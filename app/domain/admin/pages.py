@@ -13,14 +13,13 @@ from litestar.response import Redirect, Template
 from app.db.session import Sessions
 from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
+from app.domain.admin import queries
 from app.domain.admin.charts import histogram_svg, states_over_time_svg
 from app.domain.admin.views import kill_reply, live_generations, message_row
-from app.domain.chat import admin as queries
-from app.domain.chat import service as chat_service
-from app.domain.chat.models import MessageStatus
 from app.domain.chat.replies import ReplyService
 from app.domain.json_input import text_problem
 from app.engine import Engine
+from app.streaming.events import Status
 
 PAGE_SIZE = 25
 MAX_PAGE = 1_000_000
@@ -65,7 +64,7 @@ class AdminPages(Controller):
         q: str | None = None,
         page: int = 1,
     ) -> Template:
-        if status and status not in {s.value for s in MessageStatus}:
+        if status and status not in {s.value for s in Status}:
             raise ClientException(f"unknown status {status!r}")
         try:
             user_id = UUID(user) if user else None
@@ -75,7 +74,7 @@ class AdminPages(Controller):
             raise ClientException(f"q: {problem}")
         filters = queries.ConversationFilter(
             user_id=user_id,
-            status=MessageStatus(status) if status else None,
+            status=Status(status) if status else None,
             updated_after=_parse_date(date_from, "date_from"),
             updated_before=_day_after(_parse_date(date_to, "date_to")),  # inclusive end date
             search=q.strip() if q and q.strip() else None,
@@ -119,7 +118,7 @@ class AdminPages(Controller):
                 pages=last_page,
                 total=result.total,
                 users=users,
-                statuses=[s.value for s in MessageStatus],
+                statuses=[s.value for s in Status],
             ),
         )
 
@@ -127,7 +126,7 @@ class AdminPages(Controller):
     async def conversation(
         self, sessions: Sessions, page_globals: dict[str, Any], conversation_id: UUID
     ) -> Template:
-        conversation = await chat_service.get_conversation_unscoped(sessions, conversation_id)
+        conversation = await queries.get_conversation_unscoped(sessions, conversation_id)
         if conversation is None:
             raise NotFoundException("no such conversation")
         messages = await queries.admin_list_messages(sessions, conversation_id)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from app.domain.chat import service as chat_service
+from app.domain.chat import reply_rows
 from app.domain.chat.controllers import message_json
 from app.domain.chat.models import Message
 from app.domain.chat.replies import ReplyService
@@ -49,7 +49,7 @@ def message_row(m: Message) -> dict[str, Any]:
 
 async def kill_reply(replies: ReplyService, message_id: UUID) -> str | None:
     """Abort a reply wherever it runs; its status afterwards, or None if there is no such reply."""
-    message = await chat_service.get_message_unscoped(replies.sessions, message_id)
+    message = await reply_rows.get_message_unscoped(replies.sessions, message_id)
     if message is None or str(message.role) != "assistant":
         return None
     reply = replies.manager.get(str(message_id)) or message

@@ -27,7 +27,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_40
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
-from app.domain.chat import service
+from app.domain.chat import conversations, reply_rows
 from app.domain.chat.models import Conversation, Message
 from app.domain.chat.replies import NotFoundError, ReplyService
 from app.domain.errors import InvalidInputError
@@ -182,7 +182,7 @@ async def regenerate_reply(
     params = sampling_params(options, settings, engine.context_size)
     try:
         return await replies.regenerate(user.id, message_id, params)
-    except service.ConversationNotFoundError as exc:  # deleted meanwhile: its message with it
+    except conversations.ConversationNotFoundError as exc:  # deleted meanwhile: its message with it
         raise NotFoundError(message_id) from exc
 
 
@@ -204,7 +204,7 @@ class ConversationController(Controller):
 
     @get("/", raises=READ)
     async def list_conversations(self, sessions: Sessions, user: User) -> list[dict[str, Any]]:
-        rows = await service.list_conversations(sessions, user.id, source="page")
+        rows = await conversations.list_conversations(sessions, user.id, source="page")
         return [conversation_json(c) for c in rows]
 
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
@@ -212,13 +212,13 @@ class ConversationController(Controller):
         self, sessions: Sessions, user: User, data: NewConversation | None = None
     ) -> dict[str, Any]:
         title = data.title if data else None
-        conversation = await service.create_conversation(sessions, user.id, title)
+        conversation = await conversations.create_conversation(sessions, user.id, title)
         return conversation_json(conversation)
 
     @get("/{conversation_id:uuid}", raises=READ_ONE)
     async def read(self, sessions: Sessions, user: User, conversation_id: UUID) -> dict[str, Any]:
-        conversation = await service.get_conversation(sessions, user.id, conversation_id)
-        messages = await service.list_messages(sessions, user.id, conversation_id)
+        conversation = await conversations.get_conversation(sessions, user.id, conversation_id)
+        messages = await conversations.list_messages(sessions, user.id, conversation_id)
         if conversation is None or messages is None:
             raise NotFoundException("no such conversation")
         return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
@@ -227,15 +227,19 @@ class ConversationController(Controller):
     async def rename(
         self, sessions: Sessions, user: User, conversation_id: UUID, data: Rename
     ) -> dict[str, Any]:
-        if not await service.rename_conversation(sessions, user.id, conversation_id, data.title):
+        if not await conversations.rename_conversation(
+            sessions, user.id, conversation_id, data.title
+        ):
             raise NotFoundException("no such conversation")
-        conversation = await service.get_conversation(sessions, user.id, conversation_id)
+        conversation = await conversations.get_conversation(sessions, user.id, conversation_id)
         assert conversation is not None
         return conversation_json(conversation)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(self, replies: ReplyService, user: User, conversation_id: UUID) -> None:
-        deleted = await service.delete_conversation(replies.sessions, user.id, conversation_id)
+        deleted = await conversations.delete_conversation(
+            replies.sessions, user.id, conversation_id
+        )
         # Then stop what it is still generating: after the delete, so that a reply whose turn a
         # racing send wrote just before it is stopped too (its final write finds no row: a no-op).
         for generation in replies.manager.live():
@@ -262,7 +266,9 @@ class ConversationController(Controller):
         data: SendMessage,
     ) -> Stream:
         """Send a message; the answer is the reply as server-sent events."""
-        conversation = await service.get_conversation(replies.sessions, user.id, conversation_id)
+        conversation = await conversations.get_conversation(
+            replies.sessions, user.id, conversation_id
+        )
         if conversation is None:
             raise NotFoundException("no such conversation")
         content = check_content(data.content, settings)
@@ -336,6 +342,6 @@ class MessageController(Controller):
         self, sessions: Sessions, user: User, message_id: UUID, data: ClientMetrics
     ) -> None:
         """The TTFT the browser saw, to compare with the engine's (is a proxy buffering?)."""
-        found = await service.record_client_ttft(sessions, user.id, message_id, data.ttft_ms)
+        found = await reply_rows.record_client_ttft(sessions, user.id, message_id, data.ttft_ms)
         if not found:
             raise NotFoundException("no such message")

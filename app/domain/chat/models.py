@@ -1,8 +1,8 @@
 """Conversations and their messages.
 
 An assistant message is created `streaming` in the same transaction as the user message it answers,
-is flushed while it grows, and ends in exactly one final status (`MessageStatus.FINAL`) with the
-text produced so far. The row also keeps what is needed to judge the stream afterwards: token
+is flushed while it grows, and ends in exactly one final status (the streaming core's `Status`) with
+the text produced so far. The row also keeps what is needed to judge the stream afterwards: token
 counts, when it was queued and when its first token came, the gaps between tokens, where a Stop
 landed and how many tokens the engine still produced after it, and the TTFT the browser saw.
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import ClassVar
 from uuid import UUID
 
 from sqlalchemy import Enum, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.db.base import Base, CreatedAt, UUIDPrimaryKey, utcnow
+from app.streaming.events import Status
 
 
 class ConversationSource(StrEnum):
@@ -32,25 +32,6 @@ class MessageRole(StrEnum):
     SYSTEM = "system"
     USER = "user"
     ASSISTANT = "assistant"
-
-
-class MessageStatus(StrEnum):
-    STREAMING = "streaming"  # being generated; partial text flushed about once a second
-    COMPLETED = "completed"  # stop token or stop string (and every user message)
-    LENGTH = "length"  # hit max tokens or the context size
-    CANCELLED = "cancelled"  # the user pressed Stop
-    DISCONNECTED = "disconnected"  # the client went away and did not come back
-    FAILED = "failed"  # engine or server error
-    INTERRUPTED = "interrupted"  # the server died mid-reply; marked at the next start
-
-    FINAL: ClassVar[frozenset[MessageStatus]]
-
-    @property
-    def is_final(self) -> bool:
-        return self in MessageStatus.FINAL
-
-
-MessageStatus.FINAL = frozenset(s for s in MessageStatus if s is not MessageStatus.STREAMING)
 
 
 def _str_enum(enum: type[StrEnum], name: str) -> Enum:
@@ -102,7 +83,7 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
     )
     role: Mapped[MessageRole] = mapped_column(_str_enum(MessageRole, "message_role"))
     content: Mapped[str] = mapped_column(Text, default="")
-    status: Mapped[MessageStatus] = mapped_column(_str_enum(MessageStatus, "message_status"))
+    status: Mapped[Status] = mapped_column(_str_enum(Status, "message_status"))
     finish_reason: Mapped[str | None] = mapped_column(String(32), default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     model: Mapped[str | None] = mapped_column(String(200), default=None)
@@ -130,7 +111,7 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
 
     @property
     def is_final(self) -> bool:
-        return self.status in MessageStatus.FINAL
+        return self.status.is_final
 
     def __repr__(self) -> str:
         return f"Message(id={self.id}, role={self.role}, status={self.status})"

@@ -17,11 +17,11 @@ from uuid import UUID
 
 from app.db.cancel_channel import ATTACH, LocalCancelChannel, PostgresCancelChannel
 from app.db.session import Sessions
-from app.domain.chat import service
+from app.domain.chat import conversations, prompts, reply_rows
 from app.domain.chat.models import Conversation, Message, MessageRole
 from app.engine.base import EngineEvent, EngineUnavailableError, SamplingParams
-from app.streaming.events import CancelCause, Delta, Start, Status, StreamEvent
-from app.streaming.generation import Generation, Outcome, final_from_outcome
+from app.streaming.events import CancelCause, Delta, Start, StreamEvent
+from app.streaming.generation import Generation, final_from_outcome
 from app.streaming.manager import GenerationManager
 
 CancelChannel = LocalCancelChannel | PostgresCancelChannel
@@ -43,27 +43,6 @@ class TooManyRepliesError(Exception):
             f"you already have {limit} replies in progress, the most one user may have at once: "
             f"wait for one to finish (or stop one) and send again"
         )
-
-
-def stored_outcome(m: Message) -> Outcome:
-    """A reply as the database has it, in the streaming core's terms."""
-    return Outcome(
-        message_id=str(m.id),
-        status=Status(m.status.value),
-        finish_reason=m.finish_reason,
-        text=m.content,
-        prompt_tokens=m.prompt_tokens or 0,
-        completion_tokens=m.completion_tokens or 0,
-        queued_at=m.queued_at.timestamp() if m.queued_at else 0.0,
-        first_token_at=m.first_token_at.timestamp() if m.first_token_at else None,
-        finished_at=m.finished_at.timestamp() if m.finished_at else 0.0,
-        ttft_ms=m.ttft_ms,
-        gap_p50_ms=m.gap_p50_ms,
-        gap_p99_ms=m.gap_p99_ms,
-        cancel_token_index=m.cancel_token_index,
-        tokens_after_cancel=m.tokens_after_cancel,
-        error=m.error,
-    )
 
 
 class ReplyService:
@@ -128,7 +107,7 @@ class ReplyService:
         `extra_messages` (the OpenAI API's full message list) replaces the stored history when given.
         """
         if extra_messages is None:
-            history = await service.conversation_history(self.sessions, conversation.id)
+            history = await prompts.conversation_history(self.sessions, conversation.id)
             messages = [*history, {"role": "user", "content": content}]
         else:
             messages = extra_messages
@@ -140,7 +119,7 @@ class ReplyService:
                 request_id, messages, params, owner=str(user_id)
             )
             try:
-                user_message, reply = await service.add_turn(
+                user_message, reply = await reply_rows.add_turn(
                     self.sessions,
                     conversation.id,
                     content,
@@ -167,13 +146,13 @@ class ReplyService:
         """Answer a reply's question again; the new reply takes the old one's place.
 
         Same order as `start`: the engine accepts the prompt before any row changes. Raises
-        NotFoundError, service.NotRegenerableError, TooManyRepliesError or EngineError before
+        NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or EngineError before
         writing anything.
         """
-        old = await service.get_message(self.sessions, user_id, message_id)
+        old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
-        messages, question_id = await service.regeneration_prompt(self.sessions, old)
+        messages, question_id = await prompts.regeneration_prompt(self.sessions, old)
         if not self.manager.accepting:
             raise EngineUnavailableError("the server is shutting down: try again in a moment")
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
@@ -182,7 +161,7 @@ class ReplyService:
                 request_id, messages, params, owner=str(user_id)
             )
             try:
-                reply = await service.replace_reply(
+                reply = await reply_rows.replace_reply(
                     self.sessions,
                     old,
                     self.model_name,
@@ -218,7 +197,7 @@ class ReplyService:
 
     async def find(self, user_id: UUID, message_id: UUID) -> Generation | Message:
         """A user's reply: live in this process, or as stored. Raises NotFoundError otherwise."""
-        message = await service.get_message(self.sessions, user_id, message_id)
+        message = await conversations.get_message(self.sessions, user_id, message_id)
         if message is None or message.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
         live = self.manager.get(str(message_id))
@@ -258,7 +237,7 @@ class ReplyService:
                 yield Delta(id=len(message.content), text=message.content[cursor:])
                 cursor, idle = len(message.content), 0.0
             if message.is_final:
-                yield final_from_outcome(stored_outcome(message))
+                yield final_from_outcome(reply_rows.stored_outcome(message))
                 return
             if since_attach <= 0:  # "a client still follows this reply": its grace restarts
                 await self.cancel_channel.publish(str(message.id), ATTACH)
@@ -269,7 +248,7 @@ class ReplyService:
             if idle >= keepalive_s:
                 idle = 0.0
                 yield None
-            refreshed = await service.get_message_unscoped(self.sessions, message.id)
+            refreshed = await reply_rows.get_message_unscoped(self.sessions, message.id)
             if refreshed is None:  # deleted meanwhile
                 return
             message = refreshed
@@ -301,7 +280,7 @@ class ReplyService:
         deadline = loop.time() + wait_s
         while loop.time() < deadline:
             await asyncio.sleep(0.05)
-            latest = await service.get_message_unscoped(self.sessions, reply.id)
+            latest = await reply_rows.get_message_unscoped(self.sessions, reply.id)
             if latest is None or latest.is_final:
                 return str(latest.status) if latest else "deleted"
         return "streaming"

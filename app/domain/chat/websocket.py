@@ -25,7 +25,7 @@ from litestar.exceptions import ClientException, HTTPException
 
 from app.domain.accounts.dependencies import socket_user
 from app.domain.accounts.models import User
-from app.domain.chat import service
+from app.domain.chat import conversations
 from app.domain.chat.controllers import (
     ReplyOptions,
     SendMessage,
@@ -168,7 +168,7 @@ class ChatSocket:
     async def on_send(self, request: SendRequest) -> None:
         if request.conversation_id is None:
             raise ClientException("conversation_id is required")
-        conversation = await service.get_conversation(
+        conversation = await conversations.get_conversation(
             self.replies.sessions, self.user.id, request.conversation_id
         )
         if conversation is None:

@@ -23,7 +23,7 @@ from litestar.response import Stream
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import api_key_user
 from app.domain.accounts.models import User
-from app.domain.chat import service
+from app.domain.chat import conversations
 from app.domain.chat.replies import ReplyService, TooManyRepliesError
 from app.domain.openai.schemas import ChatCompletionRequest, OpenAIErrorBody, openai_error
 from app.domain.refusals import DOMAIN_ERRORS, refusal_for
@@ -130,7 +130,7 @@ async def chat_completions(
         )
     messages = _messages(body, settings.max_message_chars)
     params = _params(body, engine.context_size, settings.default_max_tokens)
-    conversation = await service.create_conversation(
+    conversation = await conversations.create_conversation(
         sessions, user.id, messages[-1]["content"][:80], source="api"
     )
     try:
@@ -138,7 +138,7 @@ async def chat_completions(
             user.id, conversation, messages[-1]["content"], params, extra_messages=messages
         )
     except DOMAIN_ERRORS:  # refused (answered by `_error_response`): keep no empty conversation
-        await service.delete_conversation(sessions, user.id, conversation.id)
+        await conversations.delete_conversation(sessions, user.id, conversation.id)
         raise
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     model = engine.model_name

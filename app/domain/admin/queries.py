@@ -15,13 +15,8 @@ from sqlalchemy import ColumnElement, Select, exists, func, literal_column, sele
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.accounts.models import User
-from app.domain.chat.models import (
-    Conversation,
-    ConversationSource,
-    Message,
-    MessageRole,
-    MessageStatus,
-)
+from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
+from app.streaming.events import Status
 
 Bucket = Literal["hour", "day"]
 T = TypeVar("T")
@@ -33,7 +28,7 @@ class ConversationFilter:
 
     user_id: UUID | None = None
     source: ConversationSource | None = None
-    status: MessageStatus | None = None  # has at least one assistant reply in this status
+    status: Status | None = None  # has at least one assistant reply in this status
     updated_after: datetime | None = None  # last activity at or after
     updated_before: datetime | None = None  # last activity before
     search: str | None = None  # case-insensitive, in the title or any message's text
@@ -44,7 +39,7 @@ class AdminConversationRow:
     conversation: Conversation
     user_email: str
     message_count: int
-    last_status: MessageStatus | None  # of the latest assistant reply; None when there is none
+    last_status: Status | None  # of the latest assistant reply; None when there is none
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +57,7 @@ class Page(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class StatusCount:
     bucket_start: datetime  # UTC, truncated to the hour or the day
-    status: MessageStatus
+    status: Status
     count: int
 
 
@@ -86,7 +81,7 @@ def _conversation_conditions(filters: ConversationFilter) -> list[ColumnElement[
             exists().where(
                 Message.conversation_id == Conversation.id,
                 Message.role == MessageRole.ASSISTANT,  # questions are always "completed"
-                Message.status == MessageStatus(filters.status),
+                Message.status == Status(filters.status),
             )
         )
     if filters.search:
@@ -146,11 +141,19 @@ async def admin_list_conversations(
                 conversation=conversation,
                 user_email=email,
                 message_count=count,
-                last_status=MessageStatus(status) if status is not None else None,
+                last_status=Status(status) if status is not None else None,
             )
             for conversation, email, count, status in rows
         ]
     return Page(items=items, total=total or 0, limit=limit, offset=offset)
+
+
+async def get_conversation_unscoped(
+    sessions: Sessions, conversation_id: UUID
+) -> Conversation | None:
+    """Any user's conversation by id (the admin's read-only view of a chat)."""
+    async with transaction(sessions) as session:
+        return await session.get(Conversation, conversation_id)
 
 
 async def admin_list_messages(sessions: Sessions, conversation_id: UUID) -> list[Message]:
@@ -208,7 +211,7 @@ async def message_status_counts(
             query = query.where(Message.role == role)
         rows = await session.execute(query)
         return [
-            StatusCount(bucket_start=_as_utc(start), status=MessageStatus(status), count=count)
+            StatusCount(bucket_start=_as_utc(start), status=Status(status), count=count)
             for start, status, count in rows
         ]
 

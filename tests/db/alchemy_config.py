@@ -1,4 +1,5 @@
-"""The advanced-alchemy configuration the web layer hands to Litestar.
+"""The advanced-alchemy configuration a Litestar app would use, for the tests that prove our
+migrations work under advanced-alchemy's tooling (the app itself does not use the plugin).
 
     from advanced_alchemy.extensions.litestar import SQLAlchemyPlugin
     app = Litestar(..., plugins=[SQLAlchemyPlugin(config=make_alchemy_config(settings))])
@@ -6,10 +7,6 @@
 This puts the engine and a session factory in `app.state`, offers `db_engine` and `db_session` as
 dependencies, and makes `litestar database upgrade` (and the other Alembic commands) work on our
 `migrations/`. It never creates tables by itself: the schema comes from migrations only.
-
-Read the state keys from the config (`config.session_maker_app_state_key`,
-`config.engine_app_state_key`) rather than spelling them: advanced-alchemy suffixes them (`_1`,
-`_2`...) when several configs exist in one process, as they do in tests.
 """
 
 from __future__ import annotations

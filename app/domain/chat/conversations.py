@@ -1,0 +1,133 @@
+"""An owner's conversations and messages: create, list, read, rename, delete.
+
+Every function takes the app's `async_sessionmaker` and runs one short transaction of its own.
+They are scoped to an owner (`user_id`): another user's ids behave as if they did not exist
+(None / False), so the web layer can answer 404 without a separate permission check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Select, delete, select, update
+
+from app.db.base import utcnow
+from app.db.session import Sessions, transaction
+from app.domain.chat.models import Conversation, ConversationSource, Message
+
+TITLE_MAX_CHARS = 200
+DEFAULT_TITLE = "New chat"
+
+
+class ConversationNotFoundError(LookupError):
+    """No conversation with this id."""
+
+
+def clean_title(title: str | None) -> str:
+    """One line, at most TITLE_MAX_CHARS, never empty."""
+    title = " ".join((title or "").split())
+    return title[:TITLE_MAX_CHARS] or DEFAULT_TITLE
+
+
+def owned_conversation_ids(user_id: UUID) -> Select[Any]:
+    """The ids of the user's conversations, to scope a query of messages to their owner."""
+    return select(Conversation.id).where(Conversation.user_id == user_id)
+
+
+async def create_conversation(
+    sessions: Sessions,
+    user_id: UUID,
+    title: str | None,
+    source: ConversationSource | str = ConversationSource.PAGE,
+) -> Conversation:
+    async with transaction(sessions) as session:
+        conversation = Conversation(
+            user_id=user_id, title=clean_title(title), source=ConversationSource(source)
+        )
+        session.add(conversation)
+    return conversation
+
+
+async def list_conversations(
+    sessions: Sessions,
+    user_id: UUID,
+    *,
+    source: ConversationSource | str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[Conversation]:
+    """The user's conversations, most recently active first."""
+    query = select(Conversation).where(Conversation.user_id == user_id)
+    if source is not None:
+        query = query.where(Conversation.source == ConversationSource(source))
+    query = query.order_by(Conversation.updated_at.desc()).limit(limit).offset(offset)
+    async with transaction(sessions) as session:
+        return list(await session.scalars(query))
+
+
+async def get_conversation(
+    sessions: Sessions, user_id: UUID, conversation_id: UUID
+) -> Conversation | None:
+    async with transaction(sessions) as session:
+        return await session.scalar(
+            select(Conversation).where(
+                Conversation.id == conversation_id, Conversation.user_id == user_id
+            )
+        )
+
+
+async def rename_conversation(
+    sessions: Sessions, user_id: UUID, conversation_id: UUID, title: str
+) -> bool:
+    async with transaction(sessions) as session:
+        result = await session.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.user_id == user_id)
+            .values(title=clean_title(title), updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount > 0
+
+
+async def delete_conversation(sessions: Sessions, user_id: UUID, conversation_id: UUID) -> bool:
+    """Delete a conversation and (by ON DELETE CASCADE) its messages."""
+    async with transaction(sessions) as session:
+        result = await session.execute(
+            delete(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.user_id == user_id)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount > 0
+
+
+async def get_message(sessions: Sessions, user_id: UUID, message_id: UUID) -> Message | None:
+    async with transaction(sessions) as session:
+        return await session.scalar(
+            select(Message).where(
+                Message.id == message_id,
+                Message.conversation_id.in_(owned_conversation_ids(user_id)),
+            )
+        )
+
+
+async def list_messages(
+    sessions: Sessions, user_id: UUID, conversation_id: UUID
+) -> list[Message] | None:
+    """The conversation's messages in order (regenerated replies left out), or None when it is not
+    the user's (or not there)."""
+    async with transaction(sessions) as session:
+        owned = await session.scalar(
+            select(Conversation.id).where(
+                Conversation.id == conversation_id, Conversation.user_id == user_id
+            )
+        )
+        if owned is None:
+            return None
+        return list(
+            await session.scalars(
+                select(Message)
+                .where(Message.conversation_id == conversation_id, Message.replaced_at.is_(None))
+                .order_by(Message.created_at)
+            )
+        )

@@ -1,0 +1,307 @@
+"""The reply row's life, from `streaming` to its one final state, and its record of the reply.
+
+`add_turn` stores the user's message and an empty assistant message in state `streaming`,
+atomically; the recorder (app/domain/chat/recorder.py) flushes the partial text with
+`progress_update` and writes the end with `final_update`. Final states are never overwritten (the
+updates are conditional on `status = 'streaming'`), so a late or duplicate finish, or a flush
+racing the finish, cannot corrupt a reply. At startup, `mark_interrupted_at_startup` closes what a
+dead server left streaming. Regenerate is `regeneration_prompt` (app/domain/chat/prompts.py) then
+`replace_reply`, which sets the old reply's `replaced_at` and adds the new `streaming` one in one
+transaction.
+
+The row keeps the streaming core's `Outcome` field for field: `outcome_columns` writes it and
+`stored_outcome` reads it back, and they are the only places that spell its fields for the
+database.
+
+Every function that touches the database takes the app's `async_sessionmaker` and runs one short
+transaction of its own: the streaming core must never hold a session (or, on SQLite, the write
+lock) while it waits for tokens.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from math import isfinite
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Select, case, select, update
+
+from app.db.base import utcnow
+from app.db.session import Sessions, transaction
+from app.domain.chat.conversations import (
+    DEFAULT_TITLE,
+    ConversationNotFoundError,
+    clean_title,
+    owned_conversation_ids,
+)
+from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.errors import InvalidInputError
+from app.streaming.events import Status
+from app.streaming.generation import Outcome
+
+
+class NotRegenerableError(Exception):
+    """This reply cannot be answered again (the message says why, for the user)."""
+
+
+# --- the record: an Outcome as the row's columns, and back --------------------------------------
+
+
+def _utc(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def _seconds(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp()
+
+
+def outcome_columns(outcome: Outcome) -> dict[str, Any]:
+    """The message row's columns holding `outcome` (all of it but the row's id)."""
+    return {
+        "status": outcome.status,
+        "finish_reason": outcome.finish_reason,
+        "content": outcome.text,
+        "prompt_tokens": outcome.prompt_tokens,
+        "completion_tokens": outcome.completion_tokens,
+        "queued_at": _utc(outcome.queued_at),
+        "first_token_at": _utc(outcome.first_token_at),
+        "finished_at": _utc(outcome.finished_at),
+        "ttft_ms": outcome.ttft_ms,
+        "gap_p50_ms": outcome.gap_p50_ms,
+        "gap_p99_ms": outcome.gap_p99_ms,
+        "cancel_token_index": outcome.cancel_token_index,
+        "tokens_after_cancel": outcome.tokens_after_cancel,
+        "error": outcome.error,
+    }
+
+
+def stored_outcome(m: Message) -> Outcome:
+    """A reply as the database has it, in the streaming core's terms.
+
+    A row that never got its end written (still streaming, or interrupted at startup) has no
+    counts or times: they read as 0 (`first_token_at`: None)."""
+    return Outcome(
+        message_id=str(m.id),
+        status=m.status,
+        finish_reason=m.finish_reason,
+        text=m.content,
+        prompt_tokens=m.prompt_tokens or 0,
+        completion_tokens=m.completion_tokens or 0,
+        queued_at=_seconds(m.queued_at) or 0.0,
+        first_token_at=_seconds(m.first_token_at),
+        finished_at=_seconds(m.finished_at) or 0.0,
+        ttft_ms=m.ttft_ms,
+        gap_p50_ms=m.gap_p50_ms,
+        gap_p99_ms=m.gap_p99_ms,
+        cancel_token_index=m.cancel_token_index,
+        tokens_after_cancel=m.tokens_after_cancel,
+        error=m.error,
+    )
+
+
+# --- the state machine ----------------------------------------------------------------------------
+
+
+def _update_streaming(message_id: UUID) -> Any:
+    """An UPDATE of one message that only applies while it is still streaming."""
+    return (
+        update(Message)
+        .where(Message.id == message_id, Message.status == Status.STREAMING)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def progress_update(message_id: UUID, content: str, completion_tokens: int) -> Any:
+    """The UPDATE that flushes a streaming reply's text so far (a no-op once it is final)."""
+    return _update_streaming(message_id).values(
+        content=content, completion_tokens=completion_tokens
+    )
+
+
+def final_update(outcome: Outcome) -> Any:
+    """The UPDATE that writes a reply's end, its `Outcome` as it is (a no-op once it is final);
+    the recorder batches several in one transaction."""
+    if not outcome.status.is_final:
+        raise ValueError(f"{outcome.status} is not a final status")
+    return _update_streaming(UUID(outcome.message_id)).values(**outcome_columns(outcome))
+
+
+def _new_reply(
+    conversation_id: UUID,
+    model: str | None,
+    engine_request_id: str | None,
+    replica_id: str | None,
+    created_at: datetime,
+) -> Message:
+    """An empty assistant message, `streaming` until its reply ends."""
+    return Message(
+        conversation_id=conversation_id,
+        role=MessageRole.ASSISTANT,
+        content="",
+        status=Status.STREAMING,
+        model=model,
+        engine_request_id=engine_request_id,
+        replica_id=replica_id,
+        completion_tokens=0,
+        created_at=created_at,
+    )
+
+
+async def add_turn(
+    sessions: Sessions,
+    conversation_id: UUID,
+    user_content: str,
+    model: str | None,
+    *,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+    title_if_untitled: str | None = None,
+) -> tuple[Message, Message]:
+    """Store the user's message and the (empty, `streaming`) assistant reply in one transaction.
+
+    The reply is stamped one microsecond after the question so that ordering by `created_at` is
+    total even on a coarse clock. Raises `ConversationNotFoundError`; ownership is the caller's
+    business (it got the conversation from `get_conversation`).
+
+    The transaction starts with a conditional UPDATE of the conversation, never a read: a DELETE
+    racing it then either waits for this transaction (PostgreSQL's row lock; SQLite's write lock,
+    taken by the first write) and removes the new rows with the conversation, or commits first and
+    leaves nothing to update (ConversationNotFoundError). Reading first let the DELETE slip in
+    between the read and the writes: the ORM's UPDATE then matched no row (StaleDataError, a 500).
+    """
+    now = utcnow()
+    title = Conversation.title
+    if title_if_untitled:  # a new chat names itself
+        title = case(
+            (Conversation.title == DEFAULT_TITLE, clean_title(title_if_untitled)),
+            else_=Conversation.title,
+        )
+    async with transaction(sessions) as session:
+        touched = await session.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation_id)
+            .values(updated_at=now, title=title)
+            .execution_options(synchronize_session=False)
+        )
+        if touched.rowcount == 0:
+            raise ConversationNotFoundError(conversation_id)
+        user_message = Message(
+            conversation_id=conversation_id,
+            role=MessageRole.USER,
+            content=user_content,
+            status=Status.COMPLETED,
+            created_at=now,
+        )
+        assistant_message = _new_reply(
+            conversation_id, model, engine_request_id, replica_id, now + timedelta(microseconds=1)
+        )
+        session.add_all([user_message, assistant_message])
+    return user_message, assistant_message
+
+
+def later_message(reply: Message) -> Select[Any]:
+    """Any message of the conversation after `reply` that is still part of the chat."""
+    return select(Message.id).where(
+        Message.conversation_id == reply.conversation_id,
+        Message.created_at > reply.created_at,
+        Message.replaced_at.is_(None),
+    )
+
+
+async def replace_reply(
+    sessions: Sessions,
+    reply: Message,
+    model: str | None,
+    *,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+) -> Message:
+    """Mark `reply` replaced and add its `streaming` successor, in one transaction.
+
+    The conditional UPDATE makes two regenerations of the same reply race safely: the second
+    finds it already replaced (or a newer turn in the way) and raises NotRegenerableError.
+
+    It starts by updating the conversation, as `add_turn` does, and for the same reason: a racing
+    DELETE locks the conversation, then (cascading) its messages; taking the reply's lock first
+    and the conversation's second (the successor's foreign key) deadlocked with it on PostgreSQL.
+    Now the DELETE waits for this transaction or wins outright (ConversationNotFoundError).
+    """
+    now = utcnow()
+    async with transaction(sessions) as session:
+        touched = await session.execute(
+            update(Conversation)
+            .where(Conversation.id == reply.conversation_id)
+            .values(updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if touched.rowcount == 0:
+            raise ConversationNotFoundError(reply.conversation_id)
+        if await session.scalar(later_message(reply).limit(1)) is not None:
+            raise NotRegenerableError("only the latest reply can be regenerated")
+        replaced = await session.execute(
+            update(Message)
+            .where(
+                Message.id == reply.id,
+                Message.replaced_at.is_(None),
+                Message.status != Status.STREAMING,
+            )
+            .values(replaced_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if replaced.rowcount != 1:
+            raise NotRegenerableError("this reply was already regenerated")
+        successor = _new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
+        session.add(successor)
+    return successor
+
+
+async def mark_interrupted_at_startup(sessions: Sessions, replica_id: str | None = None) -> int:
+    """Close every reply this replica left `streaming` when it died; returns how many.
+
+    Call it once at startup, before serving. With `replica_id`, only that replica's rows (and rows
+    with no replica recorded) are closed, so restarting one replica leaves its siblings' live
+    replies alone; without it, every streaming row is closed (a single-process deployment).
+    `finished_at` stays empty: when the reply really stopped is unknown.
+    """
+    condition = Message.status == Status.STREAMING
+    if replica_id is not None:
+        condition = condition & ((Message.replica_id == replica_id) | Message.replica_id.is_(None))
+    async with transaction(sessions) as session:
+        result = await session.execute(
+            update(Message)
+            .where(condition)
+            .values(
+                status=Status.INTERRUPTED,
+                finish_reason="interrupted",
+                error="the server stopped before this reply finished",
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount
+
+
+async def record_client_ttft(
+    sessions: Sessions, user_id: UUID, message_id: UUID, client_ttft_ms: float
+) -> bool:
+    """Store the time to first token a browser measured for one of its user's replies."""
+    if not isfinite(client_ttft_ms) or client_ttft_ms < 0:
+        raise InvalidInputError("client_ttft_ms must be a finite, non-negative number")
+    async with transaction(sessions) as session:
+        result = await session.execute(
+            update(Message)
+            .where(
+                Message.id == message_id,
+                Message.role == MessageRole.ASSISTANT,
+                Message.conversation_id.in_(owned_conversation_ids(user_id)),
+            )
+            .values(client_ttft_ms=client_ttft_ms)
+            .execution_options(synchronize_session=False)
+        )
+        return result.rowcount > 0
+
+
+async def get_message_unscoped(sessions: Sessions, message_id: UUID) -> Message | None:
+    """A message by id for internal use (the caller already checked who may see it)."""
+    async with transaction(sessions) as session:
+        return await session.get(Message, message_id)

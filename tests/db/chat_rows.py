@@ -1,0 +1,72 @@
+"""Helpers of the chat database tests: read rows back, and end replies as the recorder does."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.session import transaction
+from app.domain.chat.models import Message
+from app.domain.chat.recorder import DatabaseRecorder
+from app.domain.chat.reply_rows import final_update
+from app.streaming.events import Status
+from app.streaming.generation import Outcome
+from app.streaming.manager import Progress
+
+Sessions = async_sessionmaker[AsyncSession]
+
+
+def outcome(message_id: uuid.UUID, status: Status | str, **fields: Any) -> Outcome:
+    """A reply's end as the streaming core reports it; unset fields are those of a reply that
+    produced nothing (no text, no tokens, no timings), ending now."""
+    now = time.time()
+    ended: dict[str, Any] = {
+        "finish_reason": None,
+        "text": "",
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "queued_at": now,
+        "first_token_at": None,
+        "finished_at": now,
+        "ttft_ms": None,
+        "gap_p50_ms": None,
+        "gap_p99_ms": None,
+        "cancel_token_index": None,
+        "tokens_after_cancel": None,
+        "error": None,
+    }
+    return Outcome(message_id=str(message_id), status=Status(status), **{**ended, **fields})
+
+
+async def finish_reply(
+    sessions: Sessions, message_id: uuid.UUID, status: Status | str, **fields: Any
+) -> bool:
+    """Write a reply's end (`outcome`'s fields) with the recorder's UPDATE; True if this call
+    wrote it, False if the reply had already ended (or is not a reply)."""
+    async with transaction(sessions) as session:
+        result = await session.execute(final_update(outcome(message_id, status, **fields)))
+        return result.rowcount > 0
+
+
+async def flush(sessions: Sessions, message_id: uuid.UUID, text: str, tokens: int) -> None:
+    """One streaming reply's text so far, saved as the recorder saves it."""
+    await DatabaseRecorder(sessions).save_progress([Progress(str(message_id), text, tokens)])
+
+
+async def reload(sessions: Sessions, message_id: uuid.UUID) -> Message:
+    async with sessions() as session:
+        message = await session.get(Message, message_id)
+        assert message is not None
+        return message
+
+
+async def message_count(sessions: Sessions, conversation_id: uuid.UUID | None = None) -> int:
+    query = select(func.count()).select_from(Message)
+    if conversation_id is not None:
+        query = query.where(Message.conversation_id == conversation_id)
+    async with sessions() as session:
+        return await session.scalar(query) or 0
