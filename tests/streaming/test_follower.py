@@ -120,9 +120,7 @@ async def test_stop_elsewhere_publishes_the_cancel_then_returns_the_stored_end()
     assert await follower(store).stop(ID, CancelCause.USER, wait_s=10) == "deleted"
 
 
-async def test_stop_elsewhere_answers_streaming_when_the_end_is_not_stored_within_the_wait() -> (
-    None
-):
+async def test_stop_elsewhere_answers_streaming_when_no_end_is_stored_in_time() -> None:
     store = MemoryStore({ID: [stored("ab")]})
     loop = asyncio.get_running_loop()
     started = loop.time()
