@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 from sqlalchemy import text
@@ -28,6 +28,18 @@ log = logging.getLogger(__name__)
 CHANNEL = "streamchat_cancel"
 
 OnCancel = Callable[[str, str], None]  # (message_id, action)
+
+
+class CancelChannel(Protocol):
+    relays: bool  # whether anything published here reaches another process
+
+    async def start(self, on_cancel: OnCancel) -> None:
+        """Listen: `on_cancel` is called with what the other replicas publish."""
+        ...
+
+    async def publish(self, message_id: str, action: str) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class LocalCancelChannel:
@@ -77,9 +89,6 @@ class PostgresCancelChannel:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._connection.close(), 5)
             self._connection = None
-
-
-CancelChannel = LocalCancelChannel | PostgresCancelChannel
 
 
 def cancel_channel_for(database_url: str, sessions: Sessions) -> CancelChannel:
