@@ -2,10 +2,10 @@
 running the reply.
 
 On PostgreSQL the replicas already share the database, so its LISTEN/NOTIFY is the channel (no
-extra service): each replica LISTENs on one connection. A Stop that lands on a replica that does
-not hold the reply NOTIFYs `message_id cause`; a replica whose client follows a reply running
-elsewhere NOTIFYs `message_id attach` now and then, so the reply's disconnect grace restarts
-there. SQLite means one process: nothing to relay.
+extra service): each replica LISTENs on one connection, and a message is `message_id action`.
+What the actions are, and what a replica does on hearing one, is the streaming core's business
+(app/streaming/store.py, app/streaming/relay.py): here they are plain strings. SQLite means one
+process: nothing to relay.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 from sqlalchemy import text
@@ -26,9 +26,20 @@ from app.db.session import Sessions, transaction
 log = logging.getLogger(__name__)
 
 CHANNEL = "streamchat_cancel"
-ATTACH = "attach"  # not a cancel: a client elsewhere still follows this reply
 
-OnCancel = Callable[[str, str], None]  # (message_id, cause)
+OnCancel = Callable[[str, str], None]  # (message_id, action)
+
+
+class CancelChannel(Protocol):
+    relays: bool  # whether anything published here reaches another process
+
+    async def start(self, on_cancel: OnCancel) -> None:
+        """Listen: `on_cancel` is called with what the other replicas publish."""
+        ...
+
+    async def publish(self, message_id: str, action: str) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class LocalCancelChannel:
@@ -39,7 +50,7 @@ class LocalCancelChannel:
     async def start(self, on_cancel: OnCancel) -> None:
         return None
 
-    async def publish(self, message_id: str, cause: str) -> None:
+    async def publish(self, message_id: str, action: str) -> None:
         return None
 
     async def stop(self) -> None:
@@ -62,15 +73,15 @@ class PostgresCancelChannel:
         await self._connection.add_listener(CHANNEL, self._received)
 
     def _received(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
-        message_id, _, cause = payload.partition(" ")
+        message_id, _, action = payload.partition(" ")
         if self._on_cancel is not None:
-            self._on_cancel(message_id, cause or "user")
+            self._on_cancel(message_id, action or "user")  # a bare id: a user's Stop
 
-    async def publish(self, message_id: str, cause: str) -> None:
+    async def publish(self, message_id: str, action: str) -> None:
         async with transaction(self._sessions) as session:
             await session.execute(
                 text("SELECT pg_notify(:channel, :payload)"),
-                {"channel": CHANNEL, "payload": f"{message_id} {cause}"},
+                {"channel": CHANNEL, "payload": f"{message_id} {action}"},
             )
 
     async def stop(self) -> None:
@@ -80,9 +91,7 @@ class PostgresCancelChannel:
             self._connection = None
 
 
-def cancel_channel_for(
-    database_url: str, sessions: Sessions
-) -> LocalCancelChannel | PostgresCancelChannel:
+def cancel_channel_for(database_url: str, sessions: Sessions) -> CancelChannel:
     if make_url(normalize_database_url(database_url)).get_backend_name() == "postgresql":
         return PostgresCancelChannel(database_url, sessions)
     return LocalCancelChannel()

@@ -4,14 +4,9 @@ It holds only a cursor (a character offset) into the Generation's text. Whatever
 connection last took an event leaves as ONE delta, so a slow socket gets fewer, larger events and
 the memory a client costs does not grow with how far behind it is. The engine never waits for it.
 
-The framing code drives it:
-
-    subscriber = generation.subscribe(after=last_event_id)
-    try:
-        async for event in subscriber.events(keepalive_s):   # Start, Delta..., Final; None = idle
-            await send(frame(event))
-    finally:
-        subscriber.close()           # before the Final: the client is gone (grace, then abort)
+A connection reads it through `follow_live` (below): Start, Delta..., Final, and None when idle
+(the transport sends a heartbeat). A stream closed before its Final means the client is gone: the
+reply waits its grace period for the client to come back, then is aborted.
 
 A watchdog (the manager's) calls `stalled(now, deadline_s)`: a subscriber that has taken nothing for
 the deadline while text is pending is treated as gone.
@@ -21,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING
 
 from app.streaming import metrics
@@ -149,3 +144,19 @@ class Subscriber:
         if not self._closed:
             self._closed = True
             self._open_metric.dec()
+
+
+async def follow_live(
+    generation: Generation, *, transport: str, after: int, keepalive_s: float
+) -> AsyncGenerator[StreamEvent | None, None]:
+    """One connection's events of a live reply (see `Subscriber.events`), however they end.
+
+    The subscriber attaches when the stream is first read, so a stream never read holds nothing,
+    and is closed in `finally`, synchronously: safe even while the connection is being cancelled.
+    """
+    subscriber = Subscriber(generation, transport=transport, after=after)
+    try:
+        async for event in subscriber.events(keepalive_s):
+            yield event
+    finally:
+        subscriber.close()

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.cancel_channel import ATTACH, cancel_channel_for
+from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
 from app.domain.chat import reply_rows
 from app.domain.chat.recorder import DatabaseRecorder
 from app.domain.chat.replies import ReplyService
+from app.domain.chat.reply_store import DatabaseReplyStore
 from app.engine import Engine, create_engine
 from app.settings import Settings
-from app.streaming import metrics
-from app.streaming.events import CancelCause
+from app.streaming import metrics, relay
 from app.streaming.manager import GenerationManager
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class Services:
     sessions: Sessions
     engine: Engine
     manager: GenerationManager
+    cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
@@ -49,16 +51,17 @@ class Services:
             client_deadline_s=settings.client_deadline_s,
             final_wait_s=settings.final_save_wait_s,
         )
+        cancel_channel = cancel_channel_for(settings.database_url, sessions)
         replies = ReplyService(
             sessions,
             manager,
             page_grace_s=settings.page_grace_s,
             api_grace_s=settings.api_grace_s,
+            store=DatabaseReplyStore(sessions, cancel_channel),
             replica_id=settings.replica_id,
-            cancel_channel=cancel_channel_for(settings.database_url, sessions),
             max_replies_per_user=settings.max_replies_per_user,
         )
-        return cls(settings, db_engine, sessions, engine, manager, replies)
+        return cls(settings, db_engine, sessions, engine, manager, cancel_channel, replies)
 
     async def start(self) -> None:
         interrupted = await reply_rows.mark_interrupted_at_startup(
@@ -69,7 +72,8 @@ class Services:
                 "marked %d replies left streaming by a previous run as interrupted", interrupted
             )
         await self.manager.start()
-        await self.replies.cancel_channel.start(self._cancel_from_elsewhere)
+        # What other replicas publish about replies (a Stop, a client following) acts on ours.
+        await self.cancel_channel.start(functools.partial(relay.receive, self.manager))
         # The model loads in the background: meanwhile the server answers, /readyz says
         # "loading" and a reply request gets a clear 503 (the engine refuses until started).
         self._engine_start = asyncio.create_task(self._start_engine(), name="engine-start")
@@ -84,20 +88,8 @@ class Services:
         self.engine_ready.set()
         log.info("engine %s ready", self.engine.model_name)
 
-    def _cancel_from_elsewhere(self, message_id: str, action: str) -> None:
-        """A Stop (or a follower's attach) that reached another replica, for a reply maybe here."""
-        if action == ATTACH:
-            generation = self.manager.get(message_id)
-            if generation is not None:
-                generation.followed_elsewhere()
-            return
-        try:
-            self.manager.cancel(message_id, CancelCause(action))
-        except ValueError:
-            log.warning("ignoring a cancel with unknown cause %r", action)
-
     async def stop(self) -> None:
-        await self.replies.cancel_channel.stop()
+        await self.cancel_channel.stop()
         await self.manager.shutdown()
         if self._engine_start is not None:
             await asyncio.wait({self._engine_start})  # never shut down an engine mid-load

@@ -4,7 +4,9 @@ Nothing here is a mock of the streaming core: the Generation, Subscriber, Genera
 FinalSaver under test are the real ones, driven by the real synthetic engine (app/engine/synthetic.py,
 the engine contract without a model). Only persistence is replaced, by `MemoryRecorder`, a faithful
 implementation of the `Recorder` protocol (app/streaming/manager.py) that can be told to stall or
-to refuse a save, so that the final-after-save rules can be pinned down without a database.
+to refuse a save, so that the final-after-save rules can be pinned down without a database; and by
+`MemoryStore`, the `ReplyStore` protocol (app/streaming/store.py) as another replica's writes
+would leave it, one stored version per read.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from dataclasses import dataclass, field
 
 from app.engine.base import SamplingParams
 from app.settings import EngineSettings
-from app.streaming.events import Delta, Final, Start, StreamEvent
+from app.streaming.events import Delta, Final, Start, Status, StreamEvent
 from app.streaming.generation import Generation, Outcome
 from app.streaming.manager import GenerationManager, Progress
+from app.streaming.store import Action
 from app.streaming.subscriber import Subscriber
 
 _ids = itertools.count()
@@ -68,6 +71,58 @@ class MemoryRecorder:
         self.final_batches.append(ids)
         self.finals.update((o.message_id, o) for o in outcomes)
         self.log.append(("finals", ids))
+
+
+def stored(
+    text: str, status: Status = Status.STREAMING, *, message_id: str = "elsewhere-1"
+) -> Outcome:
+    """A reply as a row holds it: text so far and status (a final one with its usage and timings)."""
+    final = status is not Status.STREAMING
+    return Outcome(
+        message_id=message_id,
+        status=status,
+        finish_reason="stop" if final else None,
+        text=text,
+        prompt_tokens=7,
+        completion_tokens=len(text.split()),
+        queued_at=1000.0,
+        first_token_at=1000.25 if text else None,
+        finished_at=1002.0 if final else 0.0,
+        ttft_ms=250.0 if text else None,
+        gap_p50_ms=12.5 if final else None,
+        gap_p99_ms=40.0 if final else None,
+        cancel_token_index=None,
+        tokens_after_cancel=None,
+        error=None,
+    )
+
+
+@dataclass
+class MemoryStore:
+    """The ReplyStore protocol in memory, scripted: each `load` of a reply returns the next of
+    its `versions` (the last one again once they run out; None = deleted), as successive reads of
+    a row another replica keeps writing would.
+
+    `log`: ("load", id, nth load) and ("publish", id, action, loads so far) in call order, so a
+    test can say when (in polls) something was published without reading a clock.
+    """
+
+    versions: dict[str, list[Outcome | None]] = field(default_factory=dict)
+    loads: int = 0
+    log: list[tuple] = field(default_factory=list)
+
+    async def load(self, message_id: str) -> Outcome | None:
+        self.loads += 1
+        self.log.append(("load", message_id, self.loads))
+        versions = self.versions.get(message_id, [None])
+        return versions.pop(0) if len(versions) > 1 else versions[0]
+
+    async def publish(self, message_id: str, action: Action) -> None:
+        self.log.append(("publish", message_id, str(action), self.loads))
+
+    def published(self) -> list[tuple[str, int]]:
+        """(action, loads before it) of every publish."""
+        return [(entry[2], entry[3]) for entry in self.log if entry[0] == "publish"]
 
 
 def engine_settings(**overrides: float) -> EngineSettings:

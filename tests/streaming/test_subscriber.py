@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from app.streaming.events import Delta, Final, Status
+from app.streaming.events import CancelCause, Delta, Final, Start, Status
 from app.streaming.manager import GenerationManager
+from app.streaming.subscriber import follow_live
 from tests.streaming.core import ended, read_all, split, start_reply
 
 
@@ -100,3 +101,19 @@ async def test_text_since_and_parts_between_agree_with_the_engine_deltas(
     for offset in range(len(text) + 1):
         assert generation.text_since(offset) == text[offset:]
     assert generation.parts_between(0, 1) == 1  # inside the first part
+
+
+async def test_follow_live_subscribes_when_first_read_and_lets_go_however_it_ends(
+    manager: GenerationManager,
+) -> None:
+    generation = start_reply(manager, tokens=2000, grace_s=0.0)
+    events = follow_live(generation, transport="sse", after=0, keepalive_s=0.01)
+    assert generation.subscribers == frozenset(), "a stream never read holds nothing"
+    first = await anext(events)
+    assert isinstance(first, Start) and first.message_id == generation.message_id
+    assert len(generation.subscribers) == 1
+    await events.aclose()  # the transport closes it before the Final: the client is gone
+    assert generation.subscribers == frozenset()
+    outcome = await ended(generation)  # no grace: aborted at once
+    assert generation.cancel_cause is CancelCause.DISCONNECT
+    assert outcome.status is Status.DISCONNECTED

@@ -12,22 +12,19 @@ import asyncio
 import contextlib
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from uuid import UUID
 
-from app.db.cancel_channel import ATTACH, LocalCancelChannel, PostgresCancelChannel
 from app.db.session import Sessions
 from app.domain.chat import conversations, prompts, reply_rows
 from app.domain.chat.models import Conversation, Message, MessageRole
 from app.engine.base import EngineEvent, EngineUnavailableError, SamplingParams
-from app.streaming.events import CancelCause, Delta, Start, StreamEvent
-from app.streaming.generation import Generation, final_from_outcome
+from app.streaming.events import CancelCause, StreamEvent
+from app.streaming.follower import Follower
+from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
-
-CancelChannel = LocalCancelChannel | PostgresCancelChannel
-
-STORED_POLL_S = 0.5
-"""How often a reply streaming on another replica is re-read from the database."""
+from app.streaming.store import ReplyStore
+from app.streaming.subscriber import follow_live
 
 
 class NotFoundError(LookupError):
@@ -53,17 +50,19 @@ class ReplyService:
         *,
         page_grace_s: float,
         api_grace_s: float,
+        store: ReplyStore,
         replica_id: str | None = None,
-        cancel_channel: CancelChannel | None = None,
         max_replies_per_user: int = 0,
     ) -> None:
-        """`max_replies_per_user`: live replies (running or queued in the engine) one user may have
+        """`store`: the replies as the database has them, for those not live here (the chat
+        rows and the cancel channel: app/domain/chat/reply_store.py).
+        `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit."""
         self.sessions = sessions
         self.manager = manager
         self.grace_by_source = {"page": page_grace_s, "api": api_grace_s}
+        self.elsewhere = Follower(store, grace_s=page_grace_s)
         self.replica_id = replica_id
-        self.cancel_channel = cancel_channel or LocalCancelChannel()
         self.max_replies_per_user = max_replies_per_user
         self._starting: Counter[str] = Counter()  # replies past the check, not yet live
 
@@ -203,9 +202,9 @@ class ReplyService:
         live = self.manager.get(str(message_id))
         return live if live is not None else message
 
-    async def follow(
+    def follow(
         self, reply: Generation | Message, *, transport: str, after: int, keepalive_s: float
-    ) -> AsyncIterator[StreamEvent | None]:
+    ) -> AsyncGenerator[StreamEvent | None, None]:
         """Start, what was missed since offset `after`, then live deltas, then Final.
 
         None means "nothing to say for keepalive_s": the transport sends a heartbeat.
@@ -213,45 +212,13 @@ class ReplyService:
         its end; one still streaming elsewhere (another replica) is polled until it ends.
         """
         if isinstance(reply, Generation):
-            subscriber = self.manager.subscribe(reply, transport=transport, after=after)
-            try:
-                async for event in subscriber.events(keepalive_s):
-                    yield event
-            finally:
-                subscriber.close()  # synchronous: safe even while being cancelled
-        else:
-            async for event in self._follow_stored(reply, after, keepalive_s):
-                yield event
-
-    async def _follow_stored(
-        self, message: Message, after: int, keepalive_s: float
-    ) -> AsyncIterator[StreamEvent | None]:
-        cursor = max(0, min(after, len(message.content)) if message.is_final else after)
-        yield Start(
-            id=cursor, message_id=str(message.id), conversation_id=str(message.conversation_id)
+            return follow_live(reply, transport=transport, after=after, keepalive_s=keepalive_s)
+        return self.elsewhere.follow(
+            reply_rows.stored_outcome(reply),
+            conversation_id=str(reply.conversation_id),
+            after=after,
+            keepalive_s=keepalive_s,
         )
-        idle = since_attach = 0.0
-        attach_every = max(STORED_POLL_S, self.grace_by_source["page"] / 3)
-        while True:
-            if len(message.content) > cursor:
-                yield Delta(id=len(message.content), text=message.content[cursor:])
-                cursor, idle = len(message.content), 0.0
-            if message.is_final:
-                yield final_from_outcome(reply_rows.stored_outcome(message))
-                return
-            if since_attach <= 0:  # "a client still follows this reply": its grace restarts
-                await self.cancel_channel.publish(str(message.id), ATTACH)
-                since_attach = attach_every
-            await asyncio.sleep(STORED_POLL_S)
-            idle += STORED_POLL_S
-            since_attach -= STORED_POLL_S
-            if idle >= keepalive_s:
-                idle = 0.0
-                yield None
-            refreshed = await reply_rows.get_message_unscoped(self.sessions, message.id)
-            if refreshed is None:  # deleted meanwhile
-                return
-            message = refreshed
 
     async def stop(
         self,
@@ -275,12 +242,4 @@ class ReplyService:
             return reply.status.value
         if reply.is_final:
             return str(reply.status)
-        await self.cancel_channel.publish(str(reply.id), cause.value)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while loop.time() < deadline:
-            await asyncio.sleep(0.05)
-            latest = await reply_rows.get_message_unscoped(self.sessions, reply.id)
-            if latest is None or latest.is_final:
-                return str(latest.status) if latest else "deleted"
-        return "streaming"
+        return await self.elsewhere.stop(str(reply.id), cause, wait_s)

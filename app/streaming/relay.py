@@ -1,0 +1,28 @@
+"""The receiving end of the cross-replica relay: an action another replica published for a reply
+that may be live here (the sending end is a `ReplyStore`'s `publish`: app/streaming/store.py)."""
+
+from __future__ import annotations
+
+import logging
+
+from app.streaming.events import CancelCause
+from app.streaming.manager import GenerationManager
+from app.streaming.store import ATTACH
+
+log = logging.getLogger(__name__)
+
+
+def receive(manager: GenerationManager, message_id: str, action: str) -> None:
+    """Apply `action` (ATTACH or a CancelCause's value) if the reply is live here; else nothing:
+    every replica hears every action, and only the one running the reply acts."""
+    if action == ATTACH:
+        generation = manager.get(message_id)
+        if generation is not None:
+            generation.followed_elsewhere()
+        return
+    try:
+        cause = CancelCause(action)
+    except ValueError:  # not a cause this version knows (a mixed-version roll-out)
+        log.warning("ignoring a cancel with unknown cause %r", action)
+        return
+    manager.cancel(message_id, cause)
