@@ -7,10 +7,12 @@ from litestar import Litestar, Router, get
 from litestar.testing import TestClient
 
 from app.domain.accounts.ratelimit import TooManyAttemptsError
+from app.domain.chat.frames import BadFrameError
 from app.domain.chat.replies import NotFoundError, TooManyRepliesError
 from app.domain.chat.service import ConversationNotFoundError, NotRegenerableError
 from app.domain.chat.websocket import rejection
 from app.domain.errors import InvalidInputError
+from app.domain.json_input import BadJsonError
 from app.domain.openai.controllers import openai_router
 from app.engine.base import EngineUnavailableError, PromptTooLongError
 from app.web.errors import EXCEPTION_HANDLERS
@@ -70,3 +72,20 @@ def test_login_limits_keep_their_body_and_retry_after() -> None:
 
 def test_anything_else_is_a_500_on_the_websocket() -> None:
     assert rejection(RuntimeError("a bug"), "send") == ("internal server error", 500)
+
+
+def test_a_frame_the_websocket_cannot_read_keeps_its_own_answer() -> None:
+    """Bad JSON is a 400 like any invalid input; an unknown type or fields that do not fit are
+    answered without a status, as the socket always has."""
+    assert rejection(BadJsonError("each frame must be a JSON object"), None) == (
+        "each frame must be a JSON object",
+        400,
+    )
+    assert rejection(BadFrameError("text must not contain NUL", "r"), None) == (
+        "text must not contain NUL",
+        400,
+    )
+    assert rejection(BadFrameError("unknown type 'x'", "r", status=None), None) == (
+        "unknown type 'x'",
+        None,
+    )
