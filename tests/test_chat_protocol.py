@@ -54,13 +54,25 @@ DEEP = 100_000
         ('{"type": "send", "client_ref": "s", "content": "\\ud800"}', "surrogate", "s", 400),
         ('{"type": "send", "client_ref": "n", "content": "a\\u0000"}', "NUL", "n", 400),
         ('{"type": "send", "client_ref": "n\\u0000", "content": "a"}', "NUL", None, 400),
-        ('{"type": "dance", "client_ref": "d"}', "unknown type 'dance': use send, cancel, "
-         "resume or regenerate", "d", None),  # fmt: skip
+        (
+            '{"type": "dance", "client_ref": "d"}',
+            "unknown type 'dance': use send, cancel, resume or regenerate",
+            "d",
+            None,
+        ),
         ('{"no_type": true}', "unknown type None", None, None),
-        ('{"type": "resume", "message_id": "x", "client_ref": "u"}', "invalid resume request",
-         "u", None),  # fmt: skip
-        ('{"type": "cancel", "message_id": "' + MESSAGE + '", "extra": 1}',
-         "invalid cancel request: Object contains unknown field `extra`", None, None),  # fmt: skip
+        (
+            '{"type": "resume", "message_id": "x", "client_ref": "u"}',
+            "invalid resume request",
+            "u",
+            None,
+        ),
+        (
+            '{"type": "cancel", "message_id": "' + MESSAGE + '", "extra": 1}',
+            "invalid cancel request: Object contains unknown field `extra`",
+            None,
+            None,
+        ),
     ],
 )
 def test_a_frame_it_cannot_serve_is_refused_as_always(

@@ -188,9 +188,7 @@ class MessageController(Controller):
         """Answer the latest reply's question again; the new reply, as server-sent events, takes
         the old one's place (409 for any other reply, or one still streaming)."""
         options = data or ReplyOptions()
-        return event_stream(
-            await replies.regenerate(user.id, message_id, options, transport="sse")
-        )
+        return event_stream(await replies.regenerate(user.id, message_id, options, transport="sse"))
 
     @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
     async def cancel(self, replies: ReplyService, user: User, message_id: UUID) -> StopResult:

@@ -189,9 +189,7 @@ class ReplyService:
             raise service.ConversationNotFoundError(conversation_id)
 
     def _from_start(self, generation: Generation, transport: str) -> ReplyEvents:
-        events = self.follow(
-            generation, transport=transport, after=0, keepalive_s=self.keepalive_s
-        )
+        events = self.follow(generation, transport=transport, after=0, keepalive_s=self.keepalive_s)
         return ReplyEvents(generation.message_id, events)
 
     # -- starting and finding replies --------------------------------------------------------------

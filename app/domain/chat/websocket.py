@@ -120,9 +120,7 @@ class ChatSocket:
         self.stream(reply, frame.client_ref)
 
     async def on_regenerate(self, frame: RegenerateFrame) -> None:
-        reply = await self.replies.regenerate(
-            self.user.id, frame.message_id, frame, transport="ws"
-        )
+        reply = await self.replies.regenerate(self.user.id, frame.message_id, frame, transport="ws")
         self.stream(reply, frame.client_ref)
 
     async def on_cancel(self, frame: CancelFrame) -> None:
@@ -130,7 +128,9 @@ class ChatSocket:
         await self.replies.cancel(self.user.id, frame, wait_s=0)
 
     async def on_resume(self, frame: ResumeFrame) -> None:
-        self.stream(await self.replies.resume(self.user.id, frame, transport="ws"), frame.client_ref)
+        self.stream(
+            await self.replies.resume(self.user.id, frame, transport="ws"), frame.client_ref
+        )
 
     def stream(self, reply: ReplyEvents, client_ref: str | None) -> None:
         task = asyncio.create_task(self._pump_to_socket(reply, client_ref))
