@@ -179,11 +179,9 @@ class ReplyService:
         that a reply whose turn a racing send wrote just before it is stopped too (its final
         write finds no row: a no-op)."""
         deleted = await service.delete_conversation(self.sessions, user_id, conversation_id)
+        owned = (str(conversation_id), str(user_id))
         for generation in self.manager.live():
-            if (generation.conversation_id, generation.user_id) == (
-                str(conversation_id),
-                str(user_id),
-            ):
+            if (generation.conversation_id, generation.user_id) == owned:
                 generation.cancel(CancelCause.USER)
         if not deleted:
             raise service.ConversationNotFoundError(conversation_id)
