@@ -25,6 +25,11 @@ CASES = {
     "down": (EngineUnavailableError("shutting down"), 503, "shutting down"),
     "engine": (PromptTooLongError(9, 8), 400, str(PromptTooLongError(9, 8))),  # other EngineErrors
     "input": (InvalidInputError("bad value"), 400, "bad value"),
+    "field": (
+        InvalidInputError("max_tokens too big", field="max_tokens"),
+        400,
+        "max_tokens too big",
+    ),
 }
 
 
@@ -59,6 +64,7 @@ def test_every_domain_error_has_its_status_over_http_v1_and_the_websocket() -> N
             assert api.status_code == status
             assert api.json()["error"]["message"] == message
             assert api.json()["error"]["code"] == ("rate_limit_exceeded" if status == 429 else None)
+            assert api.json()["error"]["param"] == getattr(exc, "field", None)  # OpenAI's `param`
             assert rejection(exc, "send") == (message, status)
 
 

@@ -1,8 +1,9 @@
-"""What the domain accepts from a page request for a reply: the message, and its sampling settings.
+"""What the domain accepts from a request for a reply: the message, and its sampling settings.
 
-The rules live here once; every transport's request goes through them (via ReplyService), and a
-refusal is an InvalidInputError, which each transport answers the same way (a 400, or a `rejected`
-frame with status 400).
+The rules live here once; every transport's request goes through them (the page's via
+ReplyService, `/v1`'s sampling settings too), and a refusal is an InvalidInputError, which each
+transport answers its own way through the app's one map (a 400, a `rejected` frame with status
+400, OpenAI's error shape).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ class ReplyLimits:
         """The request's sampling parameters, range-checked."""
         max_tokens = self.default_max_tokens if options.max_tokens is None else options.max_tokens
         if not 1 <= max_tokens <= context_size:
-            raise InvalidInputError(f"max_tokens must be between 1 and {context_size}")
+            raise InvalidInputError(
+                f"max_tokens must be between 1 and {context_size}", field="max_tokens"
+            )
         try:
             return SamplingParams(
                 max_tokens=max_tokens,

@@ -46,8 +46,11 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
         message = exc.detail
     elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
         status, message = refusal.status, refusal.message
-        # As OpenAI's own 429s; its other errors carry no code.
-        fields = {"code": "rate_limit_exceeded" if isinstance(exc, TooManyRepliesError) else None}
+        fields = {
+            "param": getattr(exc, "field", None),  # an InvalidInputError's
+            # As OpenAI's own 429s; its other errors carry no code.
+            "code": "rate_limit_exceeded" if isinstance(exc, TooManyRepliesError) else None,
+        }
     else:
         message = "internal server error"
     kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(

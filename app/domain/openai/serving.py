@@ -23,6 +23,7 @@ from litestar.response import Stream
 
 from app.domain.chat import service
 from app.domain.chat.replies import ReplyService
+from app.domain.chat.schemas import ReplyOptions
 from app.domain.openai.errors import OpenAIError
 from app.domain.openai.schemas import ChatCompletionRequest, openai_error
 from app.domain.refusals import DOMAIN_ERRORS
@@ -62,27 +63,18 @@ class OpenAIServingChat:
         return await self.complete(request, events, completion_id)
 
     def params(self, body: ChatCompletionRequest) -> SamplingParams:
+        """OpenAI's parameters, checked by the domain's rules (app/domain/chat/limits.py)."""
         if body.n != 1:
             raise OpenAIError("only n=1 is supported", param="n")
         given = (body.max_completion_tokens, body.max_tokens)
-        default = self.replies.limits.default_max_tokens
-        max_tokens = next((v for v in given if v is not None), default)  # 0 is given, and wrong
-        context_size = self.engine.context_size
-        if not 1 <= max_tokens <= context_size:
-            raise OpenAIError(
-                f"max_tokens must be between 1 and {context_size}", param="max_tokens"
-            )
-        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        try:
-            return SamplingParams(
-                max_tokens=max_tokens,
-                temperature=1.0 if body.temperature is None else body.temperature,
-                top_p=1.0 if body.top_p is None else body.top_p,
-                seed=body.seed,
-                stop=tuple(stop),
-            )
-        except ValueError as exc:
-            raise OpenAIError(str(exc)) from exc
+        options = ReplyOptions(
+            max_tokens=next((v for v in given if v is not None), None),  # 0 is given, and wrong
+            temperature=1.0 if body.temperature is None else body.temperature,  # OpenAI's default
+            top_p=body.top_p,
+            seed=body.seed,
+            stop=[body.stop] if isinstance(body.stop, str) else body.stop,
+        )
+        return self.replies.limits.sampling(options, self.engine.context_size)
 
     def messages(self, body: ChatCompletionRequest) -> list[dict[str, str]]:
         if not body.messages:
