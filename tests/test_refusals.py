@@ -8,10 +8,12 @@ from litestar.testing import TestClient
 
 from app.domain.accounts.ratelimit import TooManyAttemptsError
 from app.domain.chat.conversations import ConversationNotFoundError
+from app.domain.chat.frames import BadFrameError
 from app.domain.chat.replies import NotFoundError, TooManyRepliesError
 from app.domain.chat.reply_rows import NotRegenerableError
 from app.domain.chat.websocket import rejection
 from app.domain.errors import InvalidInputError
+from app.domain.json_input import BadJsonError
 from app.domain.openai.controllers import openai_router
 from app.engine.base import EngineUnavailableError, PromptTooLongError
 from app.web.errors import EXCEPTION_HANDLERS
@@ -24,6 +26,11 @@ CASES = {
     "down": (EngineUnavailableError("shutting down"), 503, "shutting down"),
     "engine": (PromptTooLongError(9, 8), 400, str(PromptTooLongError(9, 8))),  # other EngineErrors
     "input": (InvalidInputError("bad value"), 400, "bad value"),
+    "field": (
+        InvalidInputError("max_tokens too big", field="max_tokens"),
+        400,
+        "max_tokens too big",
+    ),
 }
 
 
@@ -58,6 +65,7 @@ def test_every_domain_error_has_its_status_over_http_v1_and_the_websocket() -> N
             assert api.status_code == status
             assert api.json()["error"]["message"] == message
             assert api.json()["error"]["code"] == ("rate_limit_exceeded" if status == 429 else None)
+            assert api.json()["error"]["param"] == getattr(exc, "field", None)  # OpenAI's `param`
             assert rejection(exc, "send") == (message, status)
 
 
@@ -71,3 +79,20 @@ def test_login_limits_keep_their_body_and_retry_after() -> None:
 
 def test_anything_else_is_a_500_on_the_websocket() -> None:
     assert rejection(RuntimeError("a bug"), "send") == ("internal server error", 500)
+
+
+def test_a_frame_the_websocket_cannot_read_keeps_its_own_answer() -> None:
+    """Bad JSON is a 400 like any invalid input; an unknown type or fields that do not fit are
+    answered without a status, as the socket always has."""
+    assert rejection(BadJsonError("each frame must be a JSON object"), None) == (
+        "each frame must be a JSON object",
+        400,
+    )
+    assert rejection(BadFrameError("text must not contain NUL", "r"), None) == (
+        "text must not contain NUL",
+        400,
+    )
+    assert rejection(BadFrameError("unknown type 'x'", "r", status=None), None) == (
+        "unknown type 'x'",
+        None,
+    )

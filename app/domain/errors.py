@@ -7,4 +7,9 @@ class InvalidInputError(ValueError):
     """A request's value the domain refuses (out of range, not storable...): the client's fault.
 
     A ValueError, so callers that catch ValueError keep working; a plain ValueError elsewhere is a
-    bug, and stays one (a 500)."""
+    bug, and stays one (a 500). `field` names the request field at fault, when one is (`/v1`
+    reports it as OpenAI's `param`)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

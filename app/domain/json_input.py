@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
+from app.domain.errors import InvalidInputError
+
 TOO_DEEP = "the JSON is nested too deeply"
 
 
-class BadJsonError(ValueError):
+class BadJsonError(InvalidInputError):
     """A client's JSON that the app cannot use; the message says why, for the client."""
 
 
@@ -31,16 +35,19 @@ def text_problem(value: Any) -> str | None:
         elif isinstance(item, dict):
             pending.extend(item.keys())
             pending.extend(item.values())
-        elif isinstance(item, list):
+        elif isinstance(item, list | tuple):
             pending.extend(item)
+        elif isinstance(item, msgspec.Struct):  # a decoded request: its fields' values
+            pending.extend(msgspec.structs.astuple(item))
     return None
 
 
 def decode_frame(text: str) -> dict[str, Any]:
     """A WebSocket text frame as a JSON object; raises BadJsonError saying what is wrong.
 
-    Its text is not checked here (see `text_problem`): the caller does that once it knows which
-    request the frame was, to answer it with its `client_ref`.
+    The standard `json` module, not msgspec: it decodes what msgspec refuses outright (a lone
+    surrogate), so that a refusal can still echo the frame's `client_ref`. Its text is not checked
+    here (see `text_problem`): the caller does that once it knows which request the frame was.
     """
     try:
         value = json.loads(text)

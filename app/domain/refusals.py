@@ -1,8 +1,9 @@
 """One map from the domain's errors to what they mean for a client: an HTTP status and a message.
 
 Every transport uses it, each in one place: the app factory's exception handlers for HTTP
-(app/web/errors.py), `/v1`'s router-level handler for OpenAI's error shape, and the WebSocket's
-`rejected` frame (app/domain/chat/websocket.py). No handler catches a domain error to translate it.
+(app/web/errors.py), `/v1`'s router-level handler for OpenAI's error shape
+(app/domain/openai/errors.py), and the WebSocket's `rejected` frame (app/domain/chat/websocket.py).
+No handler catches a domain error to translate it.
 """
 
 from __future__ import annotations

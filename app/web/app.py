@@ -38,7 +38,7 @@ from app.domain.accounts.ratelimit import (
 )
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
-from app.domain.chat.controllers import ConversationController, MessageController
+from app.domain.chat.controllers import chat_router
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
 from app.domain.refusals import DOMAIN_ERRORS
@@ -154,8 +154,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             metrics_endpoint,
             AuthController,
             ApiKeyController,
-            ConversationController,
-            MessageController,
+            chat_router,
             AdminApiController,
             AdminPages,
             chat_socket,

@@ -14,6 +14,7 @@ from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
 from app.domain.chat import reply_rows
+from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.recorder import DatabaseRecorder
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.reply_store import DatabaseReplyStore
@@ -55,6 +56,8 @@ class Services:
         replies = ReplyService(
             sessions,
             manager,
+            limits=ReplyLimits(settings.default_max_tokens, settings.max_message_chars),
+            keepalive_s=settings.keepalive_s,
             page_grace_s=settings.page_grace_s,
             api_grace_s=settings.api_grace_s,
             store=DatabaseReplyStore(sessions, cancel_channel),

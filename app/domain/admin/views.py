@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import msgspec
+
 from app.domain.chat import reply_rows
-from app.domain.chat.controllers import message_json
 from app.domain.chat.models import Message
 from app.domain.chat.replies import ReplyService
+from app.domain.chat.schemas import MessageResponse
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
 
@@ -35,7 +37,7 @@ def message_row(m: Message) -> dict[str, Any]:
     """A message as its owner's API shows it, plus what only the admin sees; timestamps stay
     datetimes (the pages format them, the JSON API serialises them)."""
     return {
-        **message_json(m),
+        **msgspec.structs.asdict(MessageResponse.of(m)),
         "created_at": m.created_at,
         "queued_at": m.queued_at,
         "first_token_at": m.first_token_at,

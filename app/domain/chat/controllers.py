@@ -1,16 +1,19 @@
-"""The page's chat API: conversations, sending a message (SSE), resuming, stopping.
+"""The page's chat API over HTTP: conversations, and replies as server-sent events.
 
-Every lookup is scoped to the logged-in user; another user's ids answer 404, like missing ones.
+Routes only translate: decode the request into the protocol's structs (app/domain/chat/schemas.py),
+call the reply service or the conversation queries, and frame the answer. Every lookup is scoped
+to the logged-in user; another user's ids answer 404, like missing ones (the domain's not-found
+errors, answered by the app's exception map).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, Request, Router, delete, get, patch, post
 from litestar.di import Provide
 from litestar.exceptions import (
     ClientException,
@@ -28,16 +31,21 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
 from app.domain.chat import conversations, reply_rows
-from app.domain.chat.models import Conversation, Message
-from app.domain.chat.replies import NotFoundError, ReplyService
-from app.domain.errors import InvalidInputError
+from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService
+from app.domain.chat.schemas import (
+    CancelReply,
+    ClientMetrics,
+    ConversationResponse,
+    ConversationWithMessages,
+    NewConversation,
+    Rename,
+    ReplyOptions,
+    ResumeReply,
+    SendMessage,
+    StopResult,
+)
 from app.domain.sse import sse_response
-from app.engine import Engine
-from app.engine.base import SamplingParams
-from app.settings import Settings
-from app.streaming.events import CancelCause
 from app.streaming.framing import page_sse
-from app.streaming.generation import Generation
 
 
 class ServerSentEvent(msgspec.Struct):
@@ -78,112 +86,9 @@ CANCEL_WAIT_S = 5.0
 """How long POST .../cancel waits for the reply's end to be saved before answering."""
 
 
-class NewConversation(msgspec.Struct, forbid_unknown_fields=True):
-    title: str | None = None
-
-
-class Rename(msgspec.Struct, forbid_unknown_fields=True):
-    title: Annotated[str, msgspec.Meta(max_length=500)]
-
-
-class ReplyOptions(msgspec.Struct, forbid_unknown_fields=True):
-    """Sampling settings a request may give for its reply (the server's defaults otherwise)."""
-
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-    stop: list[str] | None = None
-
-
-class SendMessage(ReplyOptions, kw_only=True):
-    content: str
-
-
-class ClientMetrics(msgspec.Struct):
-    ttft_ms: float
-
-
-def conversation_json(c: Conversation) -> dict[str, Any]:
-    return {
-        "id": str(c.id),
-        "title": c.title,
-        "source": str(c.source),
-        "created_at": c.created_at.isoformat(),
-        "updated_at": c.updated_at.isoformat(),
-    }
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def message_json(m: Message) -> dict[str, Any]:
-    return {
-        "id": str(m.id),
-        "role": str(m.role),
-        "content": m.content,
-        "status": str(m.status),
-        "finish_reason": m.finish_reason,
-        "error": m.error,
-        "model": m.model,
-        "prompt_tokens": m.prompt_tokens,
-        "completion_tokens": m.completion_tokens,
-        "created_at": _iso(m.created_at),
-        "first_token_at": _iso(m.first_token_at),
-        "finished_at": _iso(m.finished_at),
-        "ttft_ms": m.ttft_ms,
-        "gap_p50_ms": m.gap_p50_ms,
-        "gap_p99_ms": m.gap_p99_ms,
-        "cancel_token_index": m.cancel_token_index,
-        "tokens_after_cancel": m.tokens_after_cancel,
-        "replaced_at": _iso(m.replaced_at),
-    }
-
-
-def sampling_params(data: ReplyOptions, settings: Settings, context_size: int) -> SamplingParams:
-    """The request's sampling parameters, range-checked (InvalidInputError: a 400)."""
-    max_tokens = data.max_tokens if data.max_tokens is not None else settings.default_max_tokens
-    if not 1 <= max_tokens <= context_size:
-        raise InvalidInputError(f"max_tokens must be between 1 and {context_size}")
-    try:
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=0.7 if data.temperature is None else data.temperature,
-            top_p=1.0 if data.top_p is None else data.top_p,
-            top_k=data.top_k or 0,
-            seed=data.seed,
-            stop=tuple(data.stop or ()),
-        )
-    except ValueError as exc:  # SamplingParams checks its own ranges (app/engine/base.py)
-        raise InvalidInputError(str(exc)) from exc
-
-
-def check_content(content: str, settings: Settings) -> str:
-    if not content.strip():
-        raise ClientException("the message is empty")
-    if len(content) > settings.max_message_chars:
-        raise ClientException(
-            f"the message is {len(content)} characters; the limit is {settings.max_message_chars}"
-        )
-    return content
-
-
-async def regenerate_reply(
-    replies: ReplyService,
-    settings: Settings,
-    engine: Engine,
-    user: User,
-    message_id: UUID,
-    options: ReplyOptions,
-) -> Generation:
-    """Answer a reply's question again (its refusals are answered by app/domain/refusals.py)."""
-    params = sampling_params(options, settings, engine.context_size)
-    try:
-        return await replies.regenerate(user.id, message_id, params)
-    except conversations.ConversationNotFoundError as exc:  # deleted meanwhile: its message with it
-        raise NotFoundError(message_id) from exc
+def event_stream(reply: ReplyEvents) -> Stream:
+    """The reply's events as the page's server-sent events (app/streaming/framing.py)."""
+    return sse_response(reply.events, functools.partial(page_sse, message_id=reply.message_id))
 
 
 def last_event_id(request: Request, after: int | None) -> int:
@@ -198,57 +103,49 @@ def last_event_id(request: Request, after: int | None) -> int:
 
 
 class ConversationController(Controller):
-    path = "/api/conversations"
-    tags = ["chat"]
-    dependencies = {"user": Provide(current_user)}
+    path = "/conversations"
 
     @get("/", raises=READ)
-    async def list_conversations(self, sessions: Sessions, user: User) -> list[dict[str, Any]]:
+    async def list_conversations(
+        self, sessions: Sessions, user: User
+    ) -> list[ConversationResponse]:
         rows = await conversations.list_conversations(sessions, user.id, source="page")
-        return [conversation_json(c) for c in rows]
+        return [ConversationResponse.of(c) for c in rows]
 
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
     async def create(
         self, sessions: Sessions, user: User, data: NewConversation | None = None
-    ) -> dict[str, Any]:
+    ) -> ConversationResponse:
         title = data.title if data else None
-        conversation = await conversations.create_conversation(sessions, user.id, title)
-        return conversation_json(conversation)
+        return ConversationResponse.of(
+            await conversations.create_conversation(sessions, user.id, title)
+        )
 
     @get("/{conversation_id:uuid}", raises=READ_ONE)
-    async def read(self, sessions: Sessions, user: User, conversation_id: UUID) -> dict[str, Any]:
+    async def read(
+        self, sessions: Sessions, user: User, conversation_id: UUID
+    ) -> ConversationWithMessages:
         conversation = await conversations.get_conversation(sessions, user.id, conversation_id)
         messages = await conversations.list_messages(sessions, user.id, conversation_id)
         if conversation is None or messages is None:
-            raise NotFoundException("no such conversation")
-        return {**conversation_json(conversation), "messages": [message_json(m) for m in messages]}
+            raise conversations.ConversationNotFoundError(conversation_id)
+        return ConversationWithMessages.of_rows(conversation, messages)
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
         self, sessions: Sessions, user: User, conversation_id: UUID, data: Rename
-    ) -> dict[str, Any]:
-        if not await conversations.rename_conversation(
+    ) -> ConversationResponse:
+        renamed = await conversations.rename_conversation(
             sessions, user.id, conversation_id, data.title
-        ):
-            raise NotFoundException("no such conversation")
+        )
         conversation = await conversations.get_conversation(sessions, user.id, conversation_id)
-        assert conversation is not None
-        return conversation_json(conversation)
+        if not renamed or conversation is None:
+            raise conversations.ConversationNotFoundError(conversation_id)
+        return ConversationResponse.of(conversation)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(self, replies: ReplyService, user: User, conversation_id: UUID) -> None:
-        deleted = await conversations.delete_conversation(
-            replies.sessions, user.id, conversation_id
-        )
-        # Then stop what it is still generating: after the delete, so that a reply whose turn a
-        # racing send wrote just before it is stopped too (its final write finds no row: a no-op).
-        for generation in replies.manager.live():
-            if generation.conversation_id == str(conversation_id) and generation.user_id == str(
-                user.id
-            ):
-                generation.cancel(CancelCause.USER)
-        if not deleted:
-            raise NotFoundException("no such conversation")
+        await replies.delete_conversation(user.id, conversation_id)
 
     @post(
         "/{conversation_id:uuid}/messages",
@@ -257,53 +154,27 @@ class ConversationController(Controller):
         raises=START_REPLY,
     )
     async def send(
-        self,
-        replies: ReplyService,
-        settings: Settings,
-        engine: Engine,
-        user: User,
-        conversation_id: UUID,
-        data: SendMessage,
+        self, replies: ReplyService, user: User, conversation_id: UUID, data: SendMessage
     ) -> Stream:
         """Send a message; the answer is the reply as server-sent events."""
-        conversation = await conversations.get_conversation(
-            replies.sessions, user.id, conversation_id
-        )
-        if conversation is None:
-            raise NotFoundException("no such conversation")
-        content = check_content(data.content, settings)
-        params = sampling_params(data, settings, engine.context_size)
-        generation = await replies.start(user.id, conversation, content, params)
-        events = replies.follow(
-            generation, transport="sse", after=0, keepalive_s=settings.keepalive_s
-        )
-        return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
+        return event_stream(await replies.send(user.id, conversation_id, data, transport="sse"))
 
 
 class MessageController(Controller):
-    path = "/api/messages"
-    tags = ["chat"]
-    dependencies = {"user": Provide(current_user)}
+    path = "/messages"
 
     @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE, raises=READ_ONE)
     async def resume(
         self,
         request: Request,
         replies: ReplyService,
-        settings: Settings,
         user: User,
         message_id: UUID,
         after: Annotated[int | None, Parameter(query="after", ge=0)] = None,
     ) -> Stream:
         """Replay what the client missed since Last-Event-ID, then continue live."""
-        reply = await replies.find(user.id, message_id)
-        events = replies.follow(
-            reply,
-            transport="sse",
-            after=last_event_id(request, after),
-            keepalive_s=settings.keepalive_s,
-        )
-        return sse_response(events, functools.partial(page_sse, message_id=str(message_id)))
+        wanted = ResumeReply(message_id, after=last_event_id(request, after))
+        return event_stream(await replies.resume(user.id, wanted, transport="sse"))
 
     @post(
         "/{message_id:uuid}/regenerate",
@@ -314,34 +185,32 @@ class MessageController(Controller):
     async def regenerate(
         self,
         replies: ReplyService,
-        settings: Settings,
-        engine: Engine,
         user: User,
         message_id: UUID,
         data: ReplyOptions | None = None,
     ) -> Stream:
         """Answer the latest reply's question again; the new reply, as server-sent events, takes
         the old one's place (409 for any other reply, or one still streaming)."""
-        generation = await regenerate_reply(
-            replies, settings, engine, user, message_id, data or ReplyOptions()
-        )
-        events = replies.follow(
-            generation, transport="sse", after=0, keepalive_s=settings.keepalive_s
-        )
-        return sse_response(events, functools.partial(page_sse, message_id=generation.message_id))
+        options = data or ReplyOptions()
+        return event_stream(await replies.regenerate(user.id, message_id, options, transport="sse"))
 
     @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
-    async def cancel(self, replies: ReplyService, user: User, message_id: UUID) -> dict[str, Any]:
+    async def cancel(self, replies: ReplyService, user: User, message_id: UUID) -> StopResult:
         """Stop a reply (idempotent); answers once its end state is saved."""
-        reply = await replies.find(user.id, message_id)
-        status = await replies.stop(reply, CancelCause.USER, CANCEL_WAIT_S)
-        return {"message_id": str(message_id), "status": status}
+        return await replies.cancel(user.id, CancelReply(message_id), CANCEL_WAIT_S)
 
     @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def client_metrics(
         self, sessions: Sessions, user: User, message_id: UUID, data: ClientMetrics
     ) -> None:
         """The TTFT the browser saw, to compare with the engine's (is a proxy buffering?)."""
-        found = await reply_rows.record_client_ttft(sessions, user.id, message_id, data.ttft_ms)
-        if not found:
-            raise NotFoundException("no such message")
+        if not await reply_rows.record_client_ttft(sessions, user.id, message_id, data.ttft_ms):
+            raise NotFoundError(message_id)
+
+
+chat_router = Router(
+    "/api",
+    route_handlers=[ConversationController, MessageController],
+    dependencies={"user": Provide(current_user)},  # every route here is the logged-in user's
+    tags=["chat"],
+)

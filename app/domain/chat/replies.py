@@ -13,11 +13,14 @@ import contextlib
 import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from dataclasses import dataclass
 from uuid import UUID
 
 from app.db.session import Sessions
 from app.domain.chat import conversations, prompts, reply_rows
+from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
 from app.engine.base import EngineEvent, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.follower import Follower
@@ -42,12 +45,27 @@ class TooManyRepliesError(Exception):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyEvents:
+    """One client's view of a reply: its id, and its events from `ReplyService.follow` (None: idle,
+    send a heartbeat), which the transport frames with app/streaming/framing.py."""
+
+    message_id: str
+    events: AsyncGenerator[StreamEvent | None, None]  # what `follow`, a generator, returns
+
+
 class ReplyService:
+    """The one entry to replies for every transport: `send`, `regenerate`, `resume` and `cancel` take
+    the protocol's request structs and raise domain errors only (each transport answers those
+    through the app's one map, app/domain/refusals.py)."""
+
     def __init__(
         self,
         sessions: Sessions,
         manager: GenerationManager,
         *,
+        limits: ReplyLimits,
+        keepalive_s: float,
         page_grace_s: float,
         api_grace_s: float,
         store: ReplyStore,
@@ -56,10 +74,13 @@ class ReplyService:
     ) -> None:
         """`store`: the replies as the database has them, for those not live here (the chat
         rows and the cancel channel: app/domain/chat/reply_store.py).
+        `keepalive_s`: how long a followed reply may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit."""
         self.sessions = sessions
         self.manager = manager
+        self.limits = limits
+        self.keepalive_s = keepalive_s
         self.grace_by_source = {"page": page_grace_s, "api": api_grace_s}
         self.elsewhere = Follower(store, grace_s=page_grace_s)
         self.replica_id = replica_id
@@ -90,6 +111,66 @@ class ReplyService:
     @property
     def model_name(self) -> str:
         return self.manager.engine.model_name
+
+    # -- the transports' API ---------------------------------------------------------------------
+
+    async def send(
+        self, user_id: UUID, conversation_id: UUID, request: SendMessage, *, transport: str
+    ) -> ReplyEvents:
+        """Add the user's message to their conversation and stream the reply from its start."""
+        conversation = await conversations.get_conversation(self.sessions, user_id, conversation_id)
+        if conversation is None:
+            raise conversations.ConversationNotFoundError(conversation_id)
+        content = self.limits.content(request.content)
+        params = self.limits.sampling(request, self.manager.engine.context_size)
+        generation = await self.start(user_id, conversation, content, params)
+        return self._from_start(generation, transport)
+
+    async def regenerate(
+        self, user_id: UUID, message_id: UUID, options: ReplyOptions, *, transport: str
+    ) -> ReplyEvents:
+        """Answer the latest reply's question again; the new reply takes the old one's place."""
+        params = self.limits.sampling(options, self.manager.engine.context_size)
+        try:
+            generation = await self._regenerate(user_id, message_id, params)
+        except (
+            conversations.ConversationNotFoundError
+        ) as exc:  # deleted meanwhile: its message with it
+            raise NotFoundError(message_id) from exc
+        return self._from_start(generation, transport)
+
+    async def resume(self, user_id: UUID, request: ResumeReply, *, transport: str) -> ReplyEvents:
+        """What the client missed since offset `after`, then the rest live (or as stored)."""
+        reply = await self.find(user_id, request.message_id)
+        events = self.follow(
+            reply, transport=transport, after=max(0, request.after), keepalive_s=self.keepalive_s
+        )
+        return ReplyEvents(str(request.message_id), events)
+
+    async def cancel(self, user_id: UUID, request: CancelReply, wait_s: float) -> StopResult:
+        """The user's Stop (idempotent): the reply's status once its end is saved, or after
+        `wait_s` (0: do not wait; the reply's own stream carries its end)."""
+        reply = await self.find(user_id, request.message_id)
+        status = await self.stop(reply, CancelCause.USER, wait_s)
+        return StopResult(message_id=str(request.message_id), status=status)
+
+    async def delete_conversation(self, user_id: UUID, conversation_id: UUID) -> None:
+        """Delete a conversation, then stop what it is still generating: after the delete, so
+        that a reply whose turn a racing send wrote just before it is stopped too (its final
+        write finds no row: a no-op)."""
+        deleted = await conversations.delete_conversation(self.sessions, user_id, conversation_id)
+        owned = (str(conversation_id), str(user_id))
+        for generation in self.manager.live():
+            if (generation.conversation_id, generation.user_id) == owned:
+                generation.cancel(CancelCause.USER)
+        if not deleted:
+            raise conversations.ConversationNotFoundError(conversation_id)
+
+    def _from_start(self, generation: Generation, transport: str) -> ReplyEvents:
+        events = self.follow(generation, transport=transport, after=0, keepalive_s=self.keepalive_s)
+        return ReplyEvents(generation.message_id, events)
+
+    # -- starting and finding replies --------------------------------------------------------------
 
     async def start(
         self,
@@ -139,7 +220,7 @@ class ReplyService:
                 stream,
             )
 
-    async def regenerate(
+    async def _regenerate(
         self, user_id: UUID, message_id: UUID, params: SamplingParams
     ) -> Generation:
         """Answer a reply's question again; the new reply takes the old one's place.

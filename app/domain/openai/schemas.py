@@ -1,4 +1,6 @@
-"""Request shapes of `/v1/chat/completions`, and OpenAI's error shape."""
+"""The `/v1` protocol: the request of `/v1/chat/completions`, the model list, OpenAI's error shape.
+
+(The completion and its chunks are framed by the streaming core: app/streaming/framing.py.)"""
 
 from __future__ import annotations
 
@@ -47,6 +49,18 @@ class ChatCompletionRequest(msgspec.Struct):
     stop: str | list[str] | None = None
     n: int = 1
     user: str | None = None
+
+
+class ModelCard(msgspec.Struct):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "streamchat"
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    object: str = "list"
+    data: list[ModelCard]
 
 
 class OpenAIErrorDetail(msgspec.Struct):

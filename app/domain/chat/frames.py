@@ -1,0 +1,92 @@
+"""The WebSocket's client frames: a msgspec tagged union on `type`, each one a request struct of the
+chat protocol (app/domain/chat/schemas.py) plus the `client_ref` that the answer echoes.
+
+`read_frame` decodes a text frame with one msgspec decoder. A frame it cannot serve raises
+`BadFrameError` carrying the frame's `client_ref` when that can be echoed; the answers are those
+the socket has always given: 400 for a frame that is not a JSON object, is nested too deeply or
+holds text that cannot be stored (app/domain/json_input.py), no status for an unknown `type` (the
+message names the valid ones) or fields that do not fit it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage
+from app.domain.errors import InvalidInputError
+from app.domain.json_input import TOO_DEEP, BadJsonError, decode_frame, text_problem
+
+
+class SendFrame(SendMessage, tag_field="type", tag="send", forbid_unknown_fields=True):
+    conversation_id: UUID | None = None  # required: refused with a 400 that says so
+    client_ref: str | None = None
+
+
+class RegenerateFrame(
+    ReplyOptions, tag_field="type", tag="regenerate", kw_only=True, forbid_unknown_fields=True
+):
+    message_id: UUID
+    client_ref: str | None = None
+
+
+class CancelFrame(CancelReply, tag_field="type", tag="cancel", forbid_unknown_fields=True):
+    client_ref: str | None = None
+
+
+class ResumeFrame(ResumeReply, tag_field="type", tag="resume", forbid_unknown_fields=True):
+    client_ref: str | None = None
+
+
+ClientFrame = SendFrame | RegenerateFrame | CancelFrame | ResumeFrame
+FRAME_TYPES = ("send", "cancel", "resume", "regenerate")
+
+_decoder = msgspec.json.Decoder(ClientFrame)
+
+
+class BadFrameError(InvalidInputError):
+    """A frame the socket refuses before serving it; `status` None: answered without one."""
+
+    def __init__(self, message: str, client_ref: str | None, status: int | None = 400) -> None:
+        super().__init__(message)
+        self.client_ref = client_ref
+        self.status = status
+
+
+def echoable(client_ref: Any) -> str | None:
+    """The frame's `client_ref` if the answer can carry it back (a string that can be stored)."""
+    return client_ref if isinstance(client_ref, str) and text_problem(client_ref) is None else None
+
+
+def read_frame(text: str) -> ClientFrame:
+    """The frame as its struct; raises BadJsonError (400) or BadFrameError saying what is wrong."""
+    try:
+        frame = _decoder.decode(text)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise _refusal(text, exc) from exc
+    if (problem := text_problem(frame)) is not None:
+        raise BadFrameError(problem, echoable(frame.client_ref))
+    return frame
+
+
+def _refusal(text: str, exc: Exception) -> Exception:
+    """Why a frame did not decode, in the words the socket has always used. msgspec stops at the
+    first thing it dislikes, which may not be the most telling (an unknown field before a value
+    nested too deeply, a lone surrogate before the `client_ref`), so the frame is read again as
+    plain JSON, and checked in order: JSON, stored text, type, fields."""
+    if isinstance(exc, RecursionError):
+        return BadJsonError(TOO_DEEP)
+    request = decode_frame(text)  # may raise BadJsonError itself
+    client_ref = echoable(request.get("client_ref"))
+    if (problem := text_problem(request)) is not None:
+        return BadFrameError(problem, client_ref)
+    kind = request.get("type")
+    if kind not in FRAME_TYPES:
+        return BadFrameError(
+            f"unknown type {kind!r}: use {', '.join(FRAME_TYPES[:-1])} or {FRAME_TYPES[-1]}",
+            client_ref,
+            status=None,
+        )
+    return BadFrameError(f"invalid {kind} request: {exc}", client_ref, status=None)

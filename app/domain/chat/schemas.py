@@ -1,0 +1,145 @@
+"""The chat protocol, as msgspec structs: what clients send, and what the page API answers.
+
+One shape per request and per answer, shared by every transport (the page's SSE routes, the
+WebSocket, whose frames extend the request structs in app/domain/chat/frames.py). Each answer is
+built from its row in one place (`of`), and the handlers return the structs, so the OpenAPI
+document describes exactly what goes over the wire. Ids are strings and times ISO 8601 strings,
+as `str(uuid)` and `datetime.isoformat()` write them, which is what the pages read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+from uuid import UUID
+
+import msgspec
+
+from app.domain.chat.models import Conversation, Message
+
+# -- requests --------------------------------------------------------------------------------------
+
+
+class NewConversation(msgspec.Struct, forbid_unknown_fields=True):
+    title: str | None = None
+
+
+class Rename(msgspec.Struct, forbid_unknown_fields=True):
+    title: Annotated[str, msgspec.Meta(max_length=500)]
+
+
+class ReplyOptions(msgspec.Struct, forbid_unknown_fields=True):
+    """Sampling settings a request may give for its reply (the server's defaults otherwise)."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+
+
+class SendMessage(ReplyOptions, kw_only=True):
+    content: str
+
+
+class ResumeReply(msgspec.Struct, forbid_unknown_fields=True):
+    """Follow a reply again from character offset `after` (what the client has already)."""
+
+    message_id: UUID
+    after: int = 0
+
+
+class CancelReply(msgspec.Struct, forbid_unknown_fields=True):
+    message_id: UUID
+
+
+class ClientMetrics(msgspec.Struct):
+    ttft_ms: float
+
+
+# -- answers ---------------------------------------------------------------------------------------
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+class ConversationResponse(msgspec.Struct):
+    id: str
+    title: str
+    source: str
+    created_at: str
+    updated_at: str
+
+    @classmethod
+    def of(cls, c: Conversation) -> ConversationResponse:
+        return cls(
+            id=str(c.id),
+            title=c.title,
+            source=str(c.source),
+            created_at=c.created_at.isoformat(),
+            updated_at=c.updated_at.isoformat(),
+        )
+
+
+class MessageResponse(msgspec.Struct):
+    """A message as its owner sees it (the admin sees more: app/domain/admin/views.py)."""
+
+    id: str
+    role: str
+    content: str
+    status: str
+    finish_reason: str | None
+    error: str | None
+    model: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    created_at: str | None
+    first_token_at: str | None
+    finished_at: str | None
+    ttft_ms: float | None
+    gap_p50_ms: float | None
+    gap_p99_ms: float | None
+    cancel_token_index: int | None
+    tokens_after_cancel: int | None
+    replaced_at: str | None
+
+    @classmethod
+    def of(cls, m: Message) -> MessageResponse:
+        return cls(
+            id=str(m.id),
+            role=str(m.role),
+            content=m.content,
+            status=str(m.status),
+            finish_reason=m.finish_reason,
+            error=m.error,
+            model=m.model,
+            prompt_tokens=m.prompt_tokens,
+            completion_tokens=m.completion_tokens,
+            created_at=_iso(m.created_at),
+            first_token_at=_iso(m.first_token_at),
+            finished_at=_iso(m.finished_at),
+            ttft_ms=m.ttft_ms,
+            gap_p50_ms=m.gap_p50_ms,
+            gap_p99_ms=m.gap_p99_ms,
+            cancel_token_index=m.cancel_token_index,
+            tokens_after_cancel=m.tokens_after_cancel,
+            replaced_at=_iso(m.replaced_at),
+        )
+
+
+class ConversationWithMessages(ConversationResponse):
+    messages: list[MessageResponse]
+
+    @classmethod
+    def of_rows(cls, c: Conversation, messages: list[Message]) -> ConversationWithMessages:
+        fields = msgspec.structs.asdict(ConversationResponse.of(c))
+        return cls(**fields, messages=[MessageResponse.of(m) for m in messages])
+
+
+class StopResult(msgspec.Struct):
+    """A stopped reply's status once its end is saved (or what it has in memory meanwhile)."""
+
+    message_id: str
+    status: str

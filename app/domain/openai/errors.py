@@ -1,0 +1,61 @@
+"""Every error under `/v1` in OpenAI's shape, so that OpenAI's clients raise their usual exceptions.
+
+The router installs `openai_error_response` for every exception; a domain error gets its status
+and message from the app's one map (app/domain/refusals.py), as over the page API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from app.domain.chat.replies import TooManyRepliesError
+from app.domain.openai.schemas import openai_error
+from app.domain.refusals import refusal_for
+
+ERRORS = {
+    400: "an invalid request (the message says what is wrong)",
+    401: "no API key, or one that is not valid",
+    404: "no such model",
+    503: "the server is not taking requests (shutting down): try again in a moment",
+}
+"""The statuses `/v1` documents, for the OpenAPI document."""
+
+
+class OpenAIError(HTTPException):
+    """A request `/v1` refuses in OpenAI's terms (`param`, `code` name what was wrong)."""
+
+    # A client error unless told otherwise. Litestar decides whether to log a traceback from the
+    # exception's class attribute (litestar/middleware/_internal/exceptions/middleware.py,
+    # handle_exception_logging), so the default must not be HTTPException's 500.
+    status_code = 400
+
+    def __init__(self, message: str, status_code: int = 400, **fields: Any) -> None:
+        super().__init__(detail=message, status_code=status_code)
+        self.fields = fields
+
+
+def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
+    status = getattr(exc, "status_code", 500)
+    fields = getattr(exc, "fields", {})
+    if isinstance(exc, ValidationException):
+        message = f"invalid request: {exc.extra or exc.detail}"
+    elif isinstance(exc, HTTPException):
+        message = exc.detail
+    elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
+        status, message = refusal.status, refusal.message
+        fields = {
+            "param": getattr(exc, "field", None),  # an InvalidInputError's
+            # As OpenAI's own 429s; its other errors carry no code.
+            "code": "rate_limit_exceeded" if isinstance(exc, TooManyRepliesError) else None,
+        }
+    else:
+        message = "internal server error"
+    kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(
+        status, "invalid_request_error"
+    )
+    if status >= 500:
+        kind = "server_error"
+    return Response(openai_error(message, kind=kind, **fields), status_code=status)
