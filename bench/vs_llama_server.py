@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import shutil
@@ -69,9 +70,9 @@ from serving_overhead import (  # bench/ is on sys.path when this script runs
 
 sys.path.insert(0, str(ROOT))
 
-from app.engine.model_files import resolve_model_path  # noqa: E402
-from tests.llama_cpp_build import llama_cpp_binaries  # noqa: E402
-from tests.llama_server import LlamaServer  # noqa: E402
+from app.engine.model_files import resolve_model_path
+from tests.llama_cpp_build import llama_cpp_binaries
+from tests.llama_server import LlamaServer
 
 THREADS = 2
 SLOT_CONTEXT = 2048
@@ -324,7 +325,7 @@ class Figures:
         gaps = [g for s in ok for g in s.gaps_ms]
         rates = [b.tok_s for b in bursts]
         chunks = sum(len(s.chunks) for s in ok)
-        ends = Counter(s.error and "error" or s.finish or "none" for s in streams)
+        ends = Counter("error" if s.error else (s.finish or "none") for s in streams)
         return cls(
             tok_s=median(rates),
             tok_s_range=f"{fmt(min(rates))}-{fmt(max(rates))}" if len(rates) > 1 else "",
@@ -460,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for s in args.long_sampling.split(",")
         if s
     ]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     most = max(c.concurrency for c in cases)
     model = resolve_model_path(None)
     started = time.monotonic()

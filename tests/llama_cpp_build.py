@@ -130,6 +130,7 @@ def source_package(version: str, root: Path) -> Path:
 
 def _build(version: str, root: Path, install_dir: Path, jobs: int) -> None:
     sdist = source_package(version, root)
+    log.info("building llama.cpp %s with -j%d (minutes): log in %s", version, jobs, root)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"llama.cpp-{version}-", dir=root) as work_name:
         work = Path(work_name)
@@ -141,16 +142,17 @@ def _build(version: str, root: Path, install_dir: Path, jobs: int) -> None:
         source = next(work.glob("*/vendor/llama.cpp"))
         build = work / "build"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        subprocess.run(
-            ["cmake", "-S", str(source), "-B", str(build), *generator, *CMAKE_OPTIONS],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        subprocess.run(
-            ["cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        log_path = root / f"llama.cpp-{version}.build.log"
+        with log_path.open("w") as out:
+            for step in (
+                ["cmake", "-S", str(source), "-B", str(build), *generator, *CMAKE_OPTIONS],
+                ["cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)],
+            ):
+                out.write(f"$ {' '.join(step)}\n")
+                out.flush()
+                if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT).returncode:
+                    tail = log_path.read_text(errors="replace")[-4000:]
+                    raise RuntimeError(f"llama.cpp build failed (log: {log_path}):\n{tail}")
         staged = work / "install"
         (staged / "bin").mkdir(parents=True)
         for target in TARGETS:

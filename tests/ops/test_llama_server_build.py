@@ -21,7 +21,7 @@ import pytest
 from tests.llama_cpp_build import cache_root, llama_cpp_binaries
 from tests.llama_server import LlamaServer
 
-# The first run on a machine builds llama.cpp inside whichever test comes first (~15 min with -j2
+# The first run on a machine builds llama.cpp inside whichever test comes first (8 min with -j2
 # on the 2-CPU development box); pytest's default 300 s would cut it off.
 pytestmark = pytest.mark.timeout(3600)
 
