@@ -16,7 +16,10 @@ tag, so no prompt is a cache hit beyond the chat template's opening (on either s
 - llama-server: built once from the installed llama-cpp-python's own llama.cpp source
   (tests/llama_cpp_build.py, cached in ~/.cache/streamchat), `--parallel` = the largest level,
   2,048 tokens a slot (the app's ENGINE_CONTEXT), 2 threads, flash attention on as in the app
-  (tests/llama_server.py). Its samplers are its defaults beyond temperature (top-k 40, top-p 0.95,
+  (tests/llama_server.py). It and batched-bench wait at OpenMP barriers as the app's engine does
+  (GOMP_SPINCOUNT=1000, app/engine/llamacpp_native.py): with libgomp's default spinning, two
+  threads on shared cores slow down several-fold (measured: 2.6 against 16 tok/s for one stream
+  on a loaded box), a measure of the load, not of the server. Its samplers are its defaults beyond temperature (top-k 40, top-p 0.95,
   min-p 0.05), the app's its own.
 - the limit: `llama-batched-bench` on the same model and threads (40-token prompts, 128
   generated, 1/8/16 sequences): decode tok/s and step time, prefill tok/s.
@@ -72,7 +75,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.engine.model_files import resolve_model_path
 from tests.llama_cpp_build import llama_cpp_binaries
-from tests.llama_server import LlamaServer
+from tests.llama_server import LlamaServer, openmp_env
 
 THREADS = 2
 SLOT_CONTEXT = 2048
@@ -274,7 +277,9 @@ def batched_bench(model: Path, sequences: Sequence[int], generated: int) -> list
         "--output-format",
         "jsonl",
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True)
+    done = subprocess.run(
+        argv, env=openmp_env(), capture_output=True, text=True, timeout=600, check=True
+    )
     return [
         json.loads(line)
         for line in (done.stdout + done.stderr).splitlines()
@@ -462,6 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if s
     ]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     most = max(c.concurrency for c in cases)
     model = resolve_model_path(None)
     started = time.monotonic()

@@ -12,6 +12,7 @@ wheel, found as app/engine/model_files.py finds it).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -25,13 +26,24 @@ from tests.live_server import ServerError, end_process, free_port
 from tests.llama_cpp_build import llama_cpp_binaries
 
 
+def openmp_env() -> dict[str, str]:
+    """This environment with the app's OpenMP spin limit (app/engine/llamacpp_native.py sets
+    GOMP_SPINCOUNT=1000 unless the operator chose a wait policy): llama.cpp's binaries use the
+    same libgomp barriers, and with the default 300,000 spins two threads on shared cores slow
+    down several-fold, which would measure the machine's load rather than the server."""
+    env = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in env:
+        env.setdefault("GOMP_SPINCOUNT", "1000")
+    return env
+
+
 class LlamaServer:
     """One `llama-server` with `parallel` slots of `slot_context` tokens each.
 
     Without `--kv-unified` llama-server splits `-c` evenly between its slots, so `-c` is
     `parallel * slot_context` (tools/server/server-context.cpp logs `n_ctx_slot`). Flash attention
     is on, as in the app's engine (app/engine/llamacpp.py); `/metrics` and `/slots` are on so that
-    a test can see a slot go idle."""
+    a test can see a slot go idle. Its OpenMP threads wait as the app's do (`openmp_env`)."""
 
     def __init__(
         self,
@@ -103,7 +115,11 @@ class LlamaServer:
             log.write(f"\n=== {self.name} on port {self.port}: {' '.join(argv)} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                env=openmp_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         try:
             self.wait_ready()
