@@ -28,7 +28,8 @@ from app.engine.base import (
     SamplingParams,
     TextDelta,
 )
-from app.engine.trtllm import SINGLE_PROCESS_ENV, TrtLlmEngine, TrtLlmUnavailableError
+from app.engine.trtllm import TrtLlmEngine
+from app.engine.trtllm_setup import SINGLE_PROCESS_ENV, TrtLlmUnavailableError
 from app.settings import EngineSettings
 from tests.engine.streams import collect
 from tests.fakes import tensorrt_llm as fake
@@ -283,7 +284,7 @@ async def test_trtllm_adapter_against_fake_worker_mode_is_read_once_per_process(
     await first.start()
     await first.shutdown()
     second = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=False))
-    with caplog.at_level(logging.WARNING, logger="app.engine.trtllm"):
+    with caplog.at_level(logging.WARNING, logger="app.engine.trtllm_setup"):
         await second.start()
     try:
         assert fake.LLM.instances[1].in_process is True  # what TensorRT-LLM really does
@@ -326,7 +327,7 @@ async def test_trtllm_adapter_against_fake_reports_queue_and_kv_from_iteration_s
     while they run, and, polled on after the last one ends, an empty queue and cache: stats do
     not go stale between submissions (the old adapter stopped polling when idle and kept the
     last figures it had read)."""
-    monkeypatch.setattr("app.engine.trtllm.STATS_POLL_S", 0.01)
+    monkeypatch.setattr("app.engine.trtllm_stats.STATS_POLL_S", 0.01)
     engine = TrtLlmEngine(SETTINGS)
     await engine.start()
     stats = engine.stats()

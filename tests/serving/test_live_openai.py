@@ -164,13 +164,11 @@ def test_closing_the_stream_stops_the_reply_at_once(
         if len(seen) > 20:
             break
     stream.close()
-    closed_at = time.monotonic()
 
     stored = new_api_reply(timeout_s=5.0)
-    assert time.monotonic() - closed_at < 3.0
     assert stored["status"] == "disconnected"
     assert stored["content"].startswith(seen)
-    assert stored["completion_tokens"] < 400
+    assert stored["completion_tokens"] < 400 // 4  # stopped early in the reply, not at its end
     assert alice.wait_engine_idle(timeout_s=3)["running"] == 0
 
 
@@ -240,13 +238,11 @@ def test_a_non_streaming_client_that_gives_up_stops_the_reply(
         client.with_options(timeout=1.0).chat.completions.create(
             model=model, messages=STORY, max_tokens=400, **GREEDY
         )
-    given_up_at = time.monotonic()
     row = new_api_reply(wait=False)
     try:
         stored = new_api_reply(timeout_s=5.0)
-        assert time.monotonic() - given_up_at < 3.0
         assert stored["status"] == "disconnected"
-        assert stored["completion_tokens"] < 400
+        assert stored["completion_tokens"] < 400 // 4  # stopped early in the reply, not at its end
     finally:  # do not leave the engine busy for the next tests
         if new_api_reply(wait=False)["status"] == "streaming":
             alice.post(f"/admin/api/live/{row['id']}/kill")
