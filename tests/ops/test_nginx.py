@@ -241,7 +241,7 @@ PROXY_IDLE_S = 2  # nginx's proxy_read_timeout: half the silence
 @pytest.fixture(scope="module")
 def heartbeat_pair(ops_logs: Path) -> Iterator[dict[str, tuple[AppProcess, Nginx]]]:
     """Two slow apps behind nginx with a 2 s read timeout: heartbeats every 0.5 s, and none."""
-    with throwaway_database("heartbeat") as database:
+    with throwaway_database() as database:
         base = {"ENGINE": "synthetic", "SYNTHETIC_STEP_MS": str(SILENT_STEP_MS)}
         base["DATABASE_URL"] = database.url
         assert release(base, ops_logs / "heartbeat-release.log").returncode == 0

@@ -36,7 +36,7 @@ from tests.ops.harness import (
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[Database]:
-    with throwaway_database("procfile") as database:
+    with throwaway_database() as database:
         yield database
 
 

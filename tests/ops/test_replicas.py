@@ -65,7 +65,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(ops_logs: Path) -> Iterator[Cluster]:
     redis_db = random.randint(1, 15)
-    with throwaway_database("replicas") as database:
+    with throwaway_database() as database:
         env = {
             "ENGINE": "synthetic",
             "SYNTHETIC_STEP_MS": str(STEP_MS),
