@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 class LlamaCppEngine:
-    """`Engine` over llama.cpp's C API; see the module docstring for the loop."""
+    """`Engine` over llama.cpp's C API; the stepping itself is `llamacpp_loop.StepLoop`."""
 
     def __init__(
         self, settings: EngineSettings, *, flash_attn: bool = True, prefix_cache: int = 8
