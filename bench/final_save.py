@@ -41,25 +41,25 @@ def export_tree(rev: str, into: Path) -> Path:
     return into
 
 
-async def create_database(admin_url: str) -> str:
-    name = f"streamchat_bench_{uuid.uuid4().hex[:8]}"
+async def run_on_server(admin_url: str, statement: str) -> None:
+    """One statement (CREATE or DROP DATABASE) on the PostgreSQL server of `admin_url`."""
     dsn = make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False)
     connection = await asyncpg.connect(dsn)
     try:
-        await connection.execute(f'CREATE DATABASE "{name}"')
+        await connection.execute(statement)
     finally:
         await connection.close()
+
+
+async def create_database(admin_url: str) -> str:
+    name = f"streamchat_bench_{uuid.uuid4().hex[:8]}"
+    await run_on_server(admin_url, f'CREATE DATABASE "{name}"')
     return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
 
 async def drop_database(url: str, admin_url: str) -> None:
     name = make_url(url).database
-    dsn = make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    connection = await asyncpg.connect(dsn)
-    try:
-        await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await connection.close()
+    await run_on_server(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def burst(url: str, n: int, tokens: int) -> tuple[list[float], float, int]:

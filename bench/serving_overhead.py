@@ -59,7 +59,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -361,17 +361,27 @@ async def stream_reply(
                 chunks.append((time.time(), chunk))
 
     try:
-        if close_after_s is None:
-            await read()
-        else:
-            try:
-                await asyncio.wait_for(read(), close_after_s)
-            except TimeoutError:
-                result.closed_early, result.closed_at = True, time.time()  # dropped mid-body
+        await read_or_close(result, read(), close_after_s)  # closed: dropped mid-body
     except httpx.HTTPError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     result.events = parse_sse(chunks)
     return result
+
+
+async def read_or_close(
+    result: StreamResult, reading: Awaitable[None], close_after_s: float | None
+) -> bool:
+    """Await `reading` to its end, or stop waiting after `close_after_s` and mark `result` closed
+    early (then True: the caller hangs up, if stopping the wait did not already)."""
+    if close_after_s is None:
+        await reading
+        return False
+    try:
+        await asyncio.wait_for(reading, close_after_s)
+    except TimeoutError:
+        result.closed_early, result.closed_at = True, time.time()
+        return True
+    return False
 
 
 class _Collector(asyncio.Protocol):
@@ -477,14 +487,8 @@ async def stream_reply_raw(
         transport, protocol = await loop.create_connection(
             lambda: _Collector(request, done), url.host, url.port
         )
-        if close_after_s is None:
-            await done
-        else:
-            try:
-                await asyncio.wait_for(asyncio.shield(done), close_after_s)
-            except TimeoutError:
-                result.closed_early, result.closed_at = True, time.time()
-                transport.close()  # like a closed tab: FIN, whatever the server still sends
+        if await read_or_close(result, asyncio.shield(done), close_after_s):
+            transport.close()  # like a closed tab: FIN, whatever the server still sends
     except OSError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         return result

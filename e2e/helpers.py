@@ -47,7 +47,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from tests.live_server import PROJECT_ROOT, TEST_PASSWORD, query
+from tests.live_server import PROJECT_ROOT, TEST_PASSWORD, SseEvent, SseReader, query
 
 CHROMIUM_PATH = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -371,24 +371,14 @@ def sse_body(events: list[tuple[str, int | None, dict[str, Any]]]) -> str:
 
 
 def parse_sse(body: str) -> list[tuple[str, int | None, dict[str, Any]]]:
-    """(event, id, data) triples of a text/event-stream body (comments dropped)."""
-    events = []
-    for block in body.replace("\r\n", "\n").split("\n\n"):
-        event, event_id, data = "message", None, []
-        for line in block.split("\n"):
-            if not line or line.startswith(":"):
-                continue
-            name, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if name == "event":
-                event = value
-            elif name == "id":
-                event_id = int(value) if value.isdigit() else None
-            elif name == "data":
-                data.append(value)
-        if data:
-            events.append((event, event_id, json.loads("\n".join(data))))
-    return events
+    """(event, id, data) triples of a text/event-stream body (comments dropped), read by the live
+    tests' parser (tests/live_server.py `SseReader`)."""
+    lines = [*body.replace("\r\n", "\n").split("\n"), ""]  # "": the last event ends
+    return [
+        (item.event, int(item.id) if item.id and item.id.isdigit() else None, item.json())
+        for item in SseReader._parse(iter(lines))
+        if isinstance(item, SseEvent)
+    ]
 
 
 # -- a scenario run on SQLite and on PostgreSQL --------------------------------------------------

@@ -9,8 +9,10 @@ early (`aclose`, or garbage collection of an abandoned `async for`) aborts the r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from app.engine.base import EngineEvent, Finished
 
@@ -60,3 +62,17 @@ class EventStream:
         if not self._finished:
             self._on_abandon(self.request_id)
         self._events.clear()
+
+
+def hop_to_loop(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> bool:
+    """Called from another thread: schedule `callback(*args)` on `loop` without waiting (a closed
+    loop has nothing left to do, so then it is dropped) and return True. On the loop's own thread,
+    do nothing and return False: the caller carries on there."""
+    try:
+        if asyncio.get_running_loop() is loop:
+            return False
+    except RuntimeError:  # no running loop in this thread
+        pass
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
+    return True

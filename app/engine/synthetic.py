@@ -13,36 +13,22 @@ exercised and measured without a model:
   policy as the llama.cpp scheduler; a sequence is admitted only when the
   KV cache (`kv_cells`) can hold its prompt plus the longest reply it may produce, so a running
   sequence never has to be pre-empted (`stats().kv_used` counts the cells actually in use);
-- "tokens" are 4-byte chunks of UTF-8, both for the prompt (`prompt tokens = ceil(bytes / 4)`) and
-  for the reply, so reply tokens split multi-byte characters exactly as byte-level BPE pieces do;
-- the reply is deterministic: a function of the rendered prompt and `SamplingParams.seed`. It mixes
-  ASCII with accents, CJK, emoji (with modifiers and ZWJ sequences) and right-to-left scripts, and
-  ends on its own (`stop`) after a prompt-determined number of tokens unless `max_tokens` or the
-  context comes first (`length`).
-
-Markers, read from the last user message only (so that a conversation can carry on after one):
-
-- ``[[synthetic:fail-after=N]]``: the request ends with `FinishReason.ERROR` (and an `error` text)
-  once N tokens have been sampled; N=0 fails in the first step, before any token. A reply that
-  ends on its own before N tokens ends normally.
-- ``[[synthetic:tokens=N]]``: the reply is exactly N tokens long (then `stop`), unless `max_tokens`
-  or the context cuts it first (`length`). Handy to give every request of a load test the same cost.
+- the reply is made by `synthetic_text`: deterministic, 4-byte "tokens" of mixed scripts, ending on
+  its own (`stop`) after a prompt-determined number of tokens unless `max_tokens` or the context
+  comes first (`length`); markers in the last user message inject a failure or fix the length.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 
 from app.engine.base import (
     ChatMessages,
     DuplicateRequestError,
-    EngineError,
     EngineEvent,
     EngineStats,
     EngineUnavailableError,
@@ -54,93 +40,17 @@ from app.engine.base import (
 )
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.fair_queue import FairQueue
-from app.engine.streams import EventStream
+from app.engine.streams import EventStream, hop_to_loop
+from app.engine.synthetic_text import (
+    ReplyGenerator,
+    parse_markers,
+    prompt_token_count,
+    render_prompt,
+    seed_for,
+)
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)
-
-BYTES_PER_TOKEN = 4
-_MASK64 = (1 << 64) - 1
-_MARKER = re.compile(r"\[\[synthetic:(fail-after|tokens)=(\d+)\]\]")
-_ROLES = frozenset({"system", "user", "assistant"})
-
-# Words the replies are made of: plain ASCII, Latin accents, CJK, emoji (with a skin-tone modifier
-# and a ZWJ family), Hebrew and Arabic (right to left), Greek, Cyrillic and some punctuation.
-WORDS: tuple[str, ...] = (
-    "the", "stream", "token", "reply", "engine", "model", "batch", "cache", "context", "step",
-    "and", "of", "a", "to", "is", "in", "that", "with",
-    "café", "naïve", "über", "façade", "jalapeño", "Ærø", "smörgåsbord", "crème brûlée",
-    "日本語", "中文", "東京", "한국어", "ありがとう",
-    "😀", "👋🏽", "🚀", "👨‍👩‍👧", "🇫🇷", "✨",
-    "שלום", "مرحبا", "עברית", "العربية",
-    "Ελληνικά", "Привет", "—", "…", "«ok»",
-)  # fmt: skip
-
-
-def prompt_token_count(text: str) -> int:
-    """The synthetic tokeniser: one token per 4 bytes of UTF-8 (at least one)."""
-    return max(1, -(-len(text.encode("utf-8")) // BYTES_PER_TOKEN))
-
-
-def render_prompt(messages: ChatMessages) -> str:
-    """A plain `role: content` transcript; raises `EngineError` on malformed messages."""
-    if not messages:
-        raise EngineError("no messages to answer")
-    lines = []
-    for message in messages:
-        role, content = message.get("role"), message.get("content")
-        if role not in _ROLES or not isinstance(content, str):
-            raise EngineError(f"bad message: role {role!r}, content must be a string")
-        lines.append(f"{role}: {content}\n")
-    lines.append("assistant: ")
-    return "".join(lines)
-
-
-def parse_markers(messages: ChatMessages) -> tuple[int | None, int | None]:
-    """(fail_after, tokens) from the markers in the last user message, each None when absent."""
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    found: dict[str, int] = {}
-    if last_user is not None:
-        for name, value in _MARKER.findall(last_user.get("content", "")):
-            found[name] = int(value)
-    return found.get("fail-after"), found.get("tokens")
-
-
-class ReplyGenerator:
-    """Deterministic reply tokens: 4-byte chunks of a stream of words chosen by a 64-bit LCG."""
-
-    __slots__ = ("_buffer", "_state", "_words")
-
-    def __init__(self, seed: int) -> None:
-        self._state = seed & _MASK64
-        self._buffer = b""
-        self._words = 0
-
-    def _next_random(self) -> int:
-        self._state = (self._state * 6364136223846793005 + 1442695040888963407) & _MASK64
-        return self._state >> 33
-
-    def next_token(self) -> tuple[int, bytes]:
-        """The next token: (its id, its raw bytes, possibly part of a character)."""
-        while len(self._buffer) < BYTES_PER_TOKEN:
-            word = WORDS[self._next_random() % len(WORDS)]
-            sep = "" if self._words == 0 else (".\n\n" if self._next_random() % 17 == 0 else " ")
-            self._buffer += (sep + word).encode("utf-8")
-            self._words += 1
-        piece, self._buffer = self._buffer[:BYTES_PER_TOKEN], self._buffer[BYTES_PER_TOKEN:]
-        return int.from_bytes(piece, "little") & 0x7FFFFFFF, piece
-
-
-def _seed_for(prompt: str, seed: int | None) -> int:
-    digest = hashlib.blake2b(f"{seed!r}\0{prompt}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
 
 
 @dataclass(slots=True, eq=False)
@@ -231,7 +141,7 @@ class SyntheticEngine:
         if prompt_tokens + 1 > limit:
             raise PromptTooLongError(prompt_tokens, limit)
         fail_after, forced = parse_markers(messages)
-        seed = _seed_for(prompt, params.seed)
+        seed = seed_for(prompt, params.seed)
         natural = max(1, forced) if forced is not None else 16 + (seed >> 40) % 240
         seq = _Sequence(
             request_id=request_id,
@@ -252,9 +162,7 @@ class SyntheticEngine:
 
     def abort(self, request_id: str) -> None:
         loop = self._event_loop
-        if loop is not None and not _on_loop(loop):  # another thread: hop onto the loop
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to abort
-                loop.call_soon_threadsafe(self.abort, request_id)
+        if loop is not None and hop_to_loop(loop, self.abort, request_id):
             return
         seq = self._seqs.get(request_id)
         if seq is not None and not seq.aborted:

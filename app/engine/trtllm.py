@@ -2,7 +2,9 @@
 
 TensorRT-LLM batches, schedules and manages the KV cache itself; this adapter turns its per-request
 async streams into our events. What it relies on was read in NVIDIA/TensorRT-LLM's sources (1.0
-and the newer releases; paths relative to `tensorrt_llm/`), cited where it is used:
+and the newer releases; paths relative to `tensorrt_llm/`), cited where it is used; finding and
+configuring TensorRT-LLM (version, sampler, worker process) is `trtllm_setup`, what its refusals and
+endings mean here `trtllm_errors`, its iteration stats `trtllm_stats`.
 
 - the prompt is the model's chat template, tokenised once here (`add_special_tokens=False`: the
   template holds BOS already) and handed to `LLM.generate_async` as token ids, so TensorRT-LLM does
@@ -23,53 +25,20 @@ and the newer releases; paths relative to `tensorrt_llm/`), cited where it is us
   no response at all (_torch/pyexecutor/py_executor.py `_handle_canceled_requests` ->
   `update_waiting_queue`): it ends `cancelled` at once, with no tokens, and whatever TensorRT-LLM
   still sends for it is drained and ignored;
-- refusals: the worker wraps what it refuses in `RequestError`, a RuntimeError (executor/utils.py,
-  executor/base_worker.py `_enqueue_request`); they become `EngineError` / `PromptTooLongError`
-  (a 400). Only a shut-down LLM ("LLM is shutting down", llmapi/llm.py; or a background error,
-  which executor/executor.py `_handle_background_error` raises once and then shuts the LLM down)
-  is `EngineUnavailableError`.
-
-Sampling: 1.0's TorchSampler takes a batch-wide greedy fast path unless the LLM is built with
-`enable_trtllm_sampler` or `enable_mixed_sampler` (_torch/pyexecutor/sampler.py: `fast_path = not
-self.enable_mixed_sampler and ...` -> argmax), silently ignoring temperature, top-p and top-k.
-`sampler_options` picks, from the fields the installed version's `TorchLlmArgs` has, the option
-that applies each request's sampling: where the fast path exists (the `enable_mixed_sampler` field
-does), the TRTLLM sampler (it also honours the per-request seed); in later versions (1.1's
-`sampler_type`, or no field at all) TorchSampler, which samples each request its own way there.
-The choice is logged at start-up with the version and backend.
-
-Worker process or not (`EngineSettings.trtllm_in_process`, env TRTLLM_IN_PROCESS, default off):
-with one GPU the LLM API runs the executor in a spawned worker process and ships responses over
-IPC; with TLLM_WORKER_USE_SINGLE_PROCESS=1 it runs in this process, and TensorRT-LLM itself warns
-that this "may hurt streaming generation performance" (executor/executor.py `create`): the
-executor's threads then share this interpreter's GIL with the web server, and a CUDA fault takes
-the server down. The worker process is the default until bench/gpu_smoke.py measures otherwise
-(it prints both). TensorRT-LLM reads the variable once per process (llmapi/utils.py:
-`enable_worker_single_process_for_tp1` is `@cache`d): the adapter sets it only while it has not
-been read, and reports the mode actually in effect (`stats().extra["trt_in_process"]`), warning
-when that is not the one asked for.
+- refusals become `EngineError` / `PromptTooLongError` (a 400), a shut-down LLM
+  `EngineUnavailableError` (see `trtllm_errors`).
 
 `kv_cells` and `step_token_budget` do not apply (TensorRT-LLM sizes its KV cache from free GPU
 memory and schedules tokens itself); `max_seqs` becomes `max_batch_size`, `context_size`
 `max_seq_len`. `stats()`: `running` is our requests in flight; queue depth and KV use come from
-TensorRT-LLM's iteration stats, polled once a request has been made. That queue is shared
-(whoever reads a stat consumes it), so nothing else in the process may read it.
-
-`tensorrt_llm` is imported only when the engine starts (it pulls in torch and CUDA); where it is not
-installed, selecting this engine fails at once with `TrtLlmUnavailableError`.
+TensorRT-LLM's iteration stats (see `trtllm_stats`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import importlib.util
-import json
 import logging
-import os
-import re
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -90,166 +59,26 @@ from app.engine.base import (
     TextDelta,
 )
 from app.engine.detokenizer import IncrementalDetokenizer
-from app.engine.streams import EventStream
+from app.engine.streams import EventStream, hop_to_loop
+from app.engine.trtllm_errors import NeverRaised, backend_ending, refusal, request_error_type
+from app.engine.trtllm_setup import (
+    DEFAULT_MODEL,
+    INSTALL_HINT,
+    TrtLlmUnavailableError,
+    apply_worker_mode,
+    executor_max_seq_len,
+    import_tensorrt_llm,
+    llm_arg_fields,
+    sampler_options,
+    sampling_kwargs,
+    tensorrt_llm_installed,
+)
+from app.engine.trtllm_stats import IterationStats
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # a Hugging Face name or a local directory
-SINGLE_PROCESS_ENV = "TLLM_WORKER_USE_SINGLE_PROCESS"
-MIN_VERSION = (1, 0)  # before 1.0, tensorrt_llm.LLM is the TensorRT-engine backend
 ABORT_GRACE_S = 5.0  # an aborted request ends by then even if TensorRT-LLM never confirms it
-STATS_POLL_S = 1.0
-INSTALL_HINT = (
-    "TensorRT-LLM is not installed. It needs an NVIDIA GPU with CUDA and comes from NVIDIA's "
-    "package index, not PyPI: pip install -e '.[gpu]' --extra-index-url https://pypi.nvidia.com "
-    "(see NVIDIA's TensorRT-LLM installation guide), or choose ENGINE=llamacpp or "
-    "ENGINE=synthetic."
-)
-
-# TensorRT-LLM's CompletionOutput.finish_reason values, and what they mean here.
-_FINISH_REASONS = {
-    "stop": FinishReason.STOP,  # end-of-sequence token (or a stop word, which we never pass)
-    "length": FinishReason.LENGTH,
-    "cancelled": FinishReason.CANCELLED,
-}
-# What base_worker._deduce_max_tokens says when the prompt leaves no room for a reply.
-_NO_ROOM = re.compile(r"max_seq_len|default_max_tokens|prompt length", re.IGNORECASE)
-
-
-class TrtLlmUnavailableError(EngineUnavailableError):
-    """`tensorrt_llm` cannot be imported on this machine, or is older than 1.0."""
-
-
-class _NeverRaised(Exception):
-    """Stands in for `RequestError` where a version does not define it."""
-
-
-def tensorrt_llm_installed() -> bool:
-    """Whether `tensorrt_llm` could be imported, without importing it (that costs seconds)."""
-    if "tensorrt_llm" in sys.modules:
-        return sys.modules["tensorrt_llm"] is not None
-    try:
-        return importlib.util.find_spec("tensorrt_llm") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def import_tensorrt_llm() -> ModuleType:
-    """Import `tensorrt_llm` (>= 1.0), turning every way that fails into one clear error."""
-    try:
-        trt = importlib.import_module("tensorrt_llm")
-    except ImportError as exc:
-        raise TrtLlmUnavailableError(f"{INSTALL_HINT} ({exc})") from exc
-    except (OSError, RuntimeError) as exc:  # installed, but CUDA or a shared library is missing
-        raise TrtLlmUnavailableError(
-            f"tensorrt_llm is installed but failed to import: {exc}. It needs an NVIDIA GPU, "
-            f"its CUDA runtime and a matching torch; see NVIDIA's TensorRT-LLM installation guide."
-        ) from exc
-    version = str(getattr(trt, "__version__", "0"))
-    if version_tuple(version) < MIN_VERSION:
-        raise TrtLlmUnavailableError(
-            f"tensorrt_llm {version} is too old: this engine needs 1.0 or newer, where "
-            f"tensorrt_llm.LLM is the PyTorch backend (before 1.0 it builds TensorRT engines). "
-            f"pip install -e '.[gpu]' --extra-index-url https://pypi.nvidia.com"
-        )
-    return trt
-
-
-def version_tuple(version: str) -> tuple[int, int]:
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return (int(match[1]), int(match[2])) if match else (0, 0)
-
-
-def llm_arg_fields(trt: ModuleType) -> frozenset[str]:
-    """The names `tensorrt_llm.LLM(...)` accepts: the fields of the PyTorch backend's arguments
-    (llmapi/llm_args.py `TorchLlmArgs`, a pydantic model, also exported by `tensorrt_llm.llmapi`)."""
-    for module in ("tensorrt_llm.llmapi", "tensorrt_llm.llmapi.llm_args"):
-        with contextlib.suppress(ImportError):
-            args = getattr(importlib.import_module(module), "TorchLlmArgs", None)
-            fields = getattr(args, "model_fields", None)
-            if isinstance(fields, dict) and fields:
-                return frozenset(fields)
-    log.warning("cannot read TensorRT-LLM's TorchLlmArgs: the sampler is left at its default")
-    return frozenset()
-
-
-def sampler_options(fields: frozenset[str]) -> tuple[dict[str, Any], str]:
-    """The `LLM(...)` arguments under which each request's own sampling is applied, and the name
-    of the sampler they select (see the module docstring).
-
-    `enable_mixed_sampler` exists exactly where TorchSampler still has its batch-wide greedy fast
-    path (1.0); there the TRTLLM sampler is chosen, through whichever field this version has for
-    it, since it applies temperature, top-p, top-k and the seed per request. Elsewhere TorchSampler
-    samples each request its own way."""
-    if "enable_trtllm_sampler" in fields:  # 1.0
-        return {"enable_trtllm_sampler": True}, "TRTLLMSampler (enable_trtllm_sampler=True)"
-    if "enable_mixed_sampler" in fields:
-        if "sampler_type" in fields:
-            return {"sampler_type": "TRTLLMSampler"}, "TRTLLMSampler (sampler_type)"
-        return {"enable_mixed_sampler": True}, "TorchSampler (enable_mixed_sampler=True)"
-    if "sampler_type" in fields:  # 1.1+: TorchSampler applies each request's strategy
-        return {"sampler_type": "TorchSampler"}, "TorchSampler (sampler_type='TorchSampler')"
-    return {}, "TorchSampler (the only sampler in this version)"
-
-
-def request_error_type() -> type[BaseException]:
-    """TensorRT-LLM's per-request failure (executor/utils.py `RequestError(RuntimeError)`)."""
-    for module in ("tensorrt_llm.executor.utils", "tensorrt_llm.executor"):
-        with contextlib.suppress(ImportError):
-            error = getattr(importlib.import_module(module), "RequestError", None)
-            if isinstance(error, type) and issubclass(error, BaseException):
-                return error
-    return _NeverRaised
-
-
-def apply_worker_mode(in_process: bool) -> bool:
-    """Set TLLM_WORKER_USE_SINGLE_PROCESS for the LLM about to be built, unless this process has
-    read it already (llmapi/utils.py caches the answer); return the mode in effect."""
-    probe = None
-    with contextlib.suppress(ImportError):
-        utils = importlib.import_module("tensorrt_llm.llmapi.utils")
-        probe = getattr(utils, "enable_worker_single_process_for_tp1", None)
-    cache_info = getattr(probe, "cache_info", None)
-    already_read = cache_info is not None and cache_info().currsize > 0
-    if not already_read:
-        os.environ[SINGLE_PROCESS_ENV] = "1" if in_process else "0"
-    effective = bool(probe()) if callable(probe) else in_process
-    if effective != in_process:
-        log.warning(
-            "TRTLLM_IN_PROCESS=%d has no effect: TensorRT-LLM already read %s in this process and "
-            "keeps the executor %s",
-            in_process,
-            SINGLE_PROCESS_ENV,
-            "in this process" if effective else "in its worker process",
-        )
-    return effective
-
-
-def sampling_kwargs(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
-    """Our sampling parameters as TensorRT-LLM `SamplingParams` keyword arguments.
-
-    Greedy is `top_k=1` (TensorRT-LLM's own notion of greedy decoding) rather than temperature 0,
-    which not every backend accepts. Stop strings are left out on purpose (see the module docstring).
-    """
-    kwargs: dict[str, Any] = {"max_tokens": max_tokens, "detokenize": True}
-    if params.greedy:
-        kwargs["top_k"] = 1
-    else:
-        kwargs["temperature"] = params.temperature
-        kwargs["top_p"] = params.top_p
-        if params.top_k > 0:
-            kwargs["top_k"] = params.top_k
-    if params.seed is not None:
-        kwargs["seed"] = params.seed
-    return kwargs
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
 
 
 @dataclass(slots=True, eq=False)
@@ -282,15 +111,14 @@ class TrtLlmEngine:
         self._trt: ModuleType | None = None
         self._llm: Any = None
         self._tokenizer: Any = None
-        self._request_error: type[BaseException] = _NeverRaised
+        self._request_error: type[BaseException] = NeverRaised  # until started
         self._accepting = False
         self._requests: dict[str, _Request] = {}  # streams not yet finished
         self._pumps: set[asyncio.Task[None]] = set()  # still following a TensorRT-LLM request
         self._tokens = 0
         self._finish_counts: Counter[str] = Counter()  # how TensorRT-LLM requests ended
-        self._backend_stats: dict[str, float] = {}
+        self._iteration_stats = IterationStats()
         self._stats_task: asyncio.Task[None] | None = None
-        self._submitted = False  # a request has been made: iteration stats exist
         self._loop: asyncio.AbstractEventLoop | None = None
         self.in_process: bool | None = None  # the worker mode in effect, once started
         self.sampler: str | None = None  # the sampler chosen, once started
@@ -329,7 +157,7 @@ class TrtLlmEngine:
             raise EngineUnavailableError(f"TensorRT-LLM loaded {self._model} without a tokenizer")
         self._trt, self._llm, self._tokenizer = trt, llm, llm.tokenizer
         self._request_error = request_error_type()
-        limit = self._executor_max_seq_len(llm)
+        limit = executor_max_seq_len(llm)
         if limit is not None and 0 < limit < self._context_size:
             self._context_size = limit
         backend = getattr(getattr(llm, "args", None), "backend", None) or "pytorch"
@@ -343,19 +171,7 @@ class TrtLlmEngine:
             self._settings.max_seqs,
         )
         self._accepting = True
-        self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
-
-    @staticmethod
-    def _executor_max_seq_len(llm: Any) -> int | None:
-        """The limit the executor enforces: base_worker.py keeps the model engine's (possibly
-        lower) `max_seq_len` on the in-process worker; otherwise the LLM's arguments."""
-        for value in (
-            getattr(getattr(llm, "_executor", None), "max_seq_len", None),
-            getattr(getattr(llm, "args", None), "max_seq_len", None),
-        ):
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+        self._stats_task = asyncio.create_task(self._iteration_stats.poll(llm), name="trtllm-stats")
 
     async def shutdown(self) -> None:
         self._accepting = False
@@ -403,7 +219,11 @@ class TrtLlmEngine:
             trt_params = self._trt.SamplingParams(**sampling_kwargs(params, max_tokens))
             output = self._llm.generate_async(token_ids, trt_params, streaming=True)
         except Exception as exc:
-            raise self._refusal(exc, len(token_ids)) from exc
+            error = refusal(exc, self._llm, self._request_error, len(token_ids), self._context_size)
+            if isinstance(error, EngineUnavailableError):
+                self._accepting = False
+                log.error("TensorRT-LLM has shut down: %r", exc)
+            raise error from exc
         req = _Request(
             request_id=request_id,
             stream=EventStream(request_id, self.abort),
@@ -413,7 +233,7 @@ class TrtLlmEngine:
             queued_at=time.time(),
         )
         self._requests[request_id] = req
-        self._submitted = True
+        self._iteration_stats.requested = True
         req.task = loop.create_task(self._pump(req), name=f"trtllm-{request_id}")
         self._pumps.add(req.task)
         req.task.add_done_callback(self._pumps.discard)
@@ -423,9 +243,7 @@ class TrtLlmEngine:
         loop = self._loop
         if loop is None:
             return
-        if not _on_loop(loop):  # from another thread: hop onto the loop, never block
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to abort
-                loop.call_soon_threadsafe(self.abort, request_id)
+        if hop_to_loop(loop, self.abort, request_id):  # from another thread: never block
             return
         req = self._requests.get(request_id)
         if req is None or req.aborted or req.stream.finished:
@@ -434,27 +252,10 @@ class TrtLlmEngine:
         loop.call_later(ABORT_GRACE_S, self._abort_deadline, req)
 
     def stats(self) -> EngineStats:
-        block = self._backend_stats.get("tokens_per_block", 0.0)
-        extra: dict[str, float] = {
-            f"trt_finish_{k}": float(v) for k, v in self._finish_counts.items()
-        }
-        if "iter_latency_ms" in self._backend_stats:
-            extra["iter_latency_ms"] = self._backend_stats["iter_latency_ms"]
-        if "active" in self._backend_stats:
-            extra["trt_active_requests"] = self._backend_stats["active"]
-        if "used_blocks" in self._backend_stats:
-            extra["trt_kv_used_blocks"] = self._backend_stats["used_blocks"]
+        extra = {f"trt_finish_{k}": float(v) for k, v in self._finish_counts.items()}
         if self.in_process is not None:
             extra["trt_in_process"] = float(self.in_process)
-        return EngineStats(
-            running=len(self._requests),
-            waiting=int(self._backend_stats.get("queued", 0)),
-            kv_used=int(self._backend_stats.get("used_blocks", 0) * block),
-            kv_total=int(self._backend_stats.get("max_blocks", 0) * block),
-            steps=int(self._backend_stats.get("iter", 0)),
-            tokens_generated=self._tokens,
-            extra=extra,
-        )
+        return self._iteration_stats.engine_stats(len(self._requests), self._tokens, extra)
 
     # -- per request ----------------------------------------------------------------------------
 
@@ -469,21 +270,6 @@ class TrtLlmEngine:
             return list(self._tokenizer.encode(prompt, add_special_tokens=False))
         except Exception as exc:  # template errors come as jinja2 / ValueError / KeyError
             raise EngineError(f"cannot render the chat template: {exc}") from exc
-
-    def _refusal(self, exc: Exception, prompt_tokens: int) -> EngineError:
-        """What `generate_async` raised, as our error: a shut-down LLM is unavailable; anything
-        else is about this request (a 400)."""
-        executor = getattr(self._llm, "_executor", None)
-        shut_down = getattr(executor, "is_shutdown", None)
-        if (callable(shut_down) and shut_down()) or "shutting down" in str(exc):
-            self._accepting = False
-            log.error("TensorRT-LLM has shut down: %r", exc)
-            return EngineUnavailableError(f"TensorRT-LLM cannot take requests: {exc}")
-        if isinstance(exc, (ValueError, TypeError, self._request_error)) and _NO_ROOM.search(
-            str(exc)
-        ):
-            return PromptTooLongError(prompt_tokens, self._context_size)
-        return EngineError(f"TensorRT-LLM refused the request: {exc}")
 
     async def _pump(self, req: _Request) -> None:
         """Follow one TensorRT-LLM request to its end, turning its outputs into our events."""
@@ -532,11 +318,9 @@ class TrtLlmEngine:
         if req.aborted:
             self._finish(req, FinishReason.CANCELLED)
             return
-        reason = _FINISH_REASONS.get(trt_reason or "")
-        if reason is None:
-            error = "TensorRT-LLM timed out the request" if trt_reason == "timeout" else None
-            error = error or f"TensorRT-LLM ended the request with finish_reason={trt_reason!r}"
-            self._finish(req, FinishReason.ERROR, error=error)
+        reason, error = backend_ending(trt_reason)
+        if error is not None:
+            self._finish(req, reason, error=error)
             return
         if reason is not FinishReason.CANCELLED:
             self._emit(req, req.detok.flush())
@@ -590,35 +374,3 @@ class TrtLlmEngine:
                 error=error,
             )
         )
-
-    # -- stats ----------------------------------------------------------------------------------
-
-    async def _poll_stats(self) -> None:
-        """Keep the latest iteration stats, polling for as long as the engine runs once a request
-        has been made (TensorRT-LLM has none before): the last iterations before the executor goes
-        idle are the ones that show the queue and the KV cache emptied."""
-        while True:
-            await asyncio.sleep(STATS_POLL_S)
-            if self._llm is None or not self._submitted:
-                continue
-            try:
-                async for stat in self._llm.get_stats_async(timeout=STATS_POLL_S):
-                    self._record_stats(json.loads(stat) if isinstance(stat, str) else stat)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.info("TensorRT-LLM iteration stats unavailable, reporting 0s: %r", exc)
-                return
-
-    def _record_stats(self, stat: dict[str, Any]) -> None:
-        kv = stat.get("kvCacheStats") or {}
-        fields = {
-            "iter": stat.get("iter"),
-            "iter_latency_ms": stat.get("iterLatencyMS"),
-            "active": stat.get("numActiveRequests"),
-            "queued": stat.get("numQueuedRequests"),
-            "used_blocks": kv.get("usedNumBlocks"),
-            "max_blocks": kv.get("maxNumBlocks"),
-            "tokens_per_block": kv.get("tokensPerBlock"),
-        }
-        self._backend_stats.update({k: float(v) for k, v in fields.items() if v is not None})

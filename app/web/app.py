@@ -17,11 +17,11 @@ from pathlib import Path
 
 from litestar import Litestar, Router
 from litestar.config.csrf import CSRFConfig
-from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.datastructures import State
 from litestar.logging import LoggingConfig
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.stores.base import Store
 from litestar.stores.memory import MemoryStore
@@ -172,7 +172,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         state=State({"metrics_token": settings.metrics_token}),
         stores={"sessions": session_store(settings)},
         template_config=TemplateConfig(
-            directory=PROJECT_ROOT / "templates", engine=JinjaTemplateEngine
+            directory=PROJECT_ROOT / "templates",
+            engine=JinjaTemplateEngine,
+            engine_callback=pages.register_page_callables,
         ),
         logging_config=LoggingConfig(
             root={"level": "INFO", "handlers": ["queue_listener"]},

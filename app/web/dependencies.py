@@ -7,8 +7,6 @@ so a domain handler names what it needs (`replies: ReplyService`, `sessions: Ses
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar.datastructures import State
 from litestar.di import Provide
 
@@ -44,16 +42,6 @@ def provide_auth_limits(state: State) -> AuthLimits:
     return state.auth_limits
 
 
-def provide_page_globals(services: Services) -> dict[str, Any]:
-    """What every page shows besides its own content. The CSRF token is not in it: templates call
-    Litestar's `csrf_token()` (litestar/template/base.py, registered for Jinja in
-    litestar/plugins/jinja.py), the token the CSRF middleware set for this request."""
-    return {
-        "model_name": services.engine.model_name,
-        "engine_ready": services.engine_ready.is_set(),
-    }
-
-
 def app_dependencies() -> dict[str, Provide]:
     return {
         name: Provide(provider, sync_to_thread=False)
@@ -64,6 +52,5 @@ def app_dependencies() -> dict[str, Provide]:
             "replies": provide_replies,
             "engine": provide_engine,
             "auth_limits": provide_auth_limits,
-            "page_globals": provide_page_globals,
         }.items()
     }

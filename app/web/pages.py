@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from litestar import Response, get
 from litestar.di import Provide
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from sqlalchemy import text
 
@@ -14,22 +16,37 @@ from app.domain.accounts.models import User
 from app.web.services import Services
 
 
+def engine_info(context: Mapping[str, Any], /) -> dict[str, Any]:
+    """What any page may show of the engine, called from a template as `engine_info()`: its model
+    and whether it is loaded yet. A template callable takes the context Litestar renders with, which
+    holds the request (litestar/response/template.py `create_template_context`)."""
+    services: Services = context["request"].app.state.services
+    return {"model_name": services.engine.model_name, "ready": services.engine_ready.is_set()}
+
+
+def register_page_callables(engine: JinjaTemplateEngine) -> None:
+    """`TemplateConfig.engine_callback`: the page context every template can call, beside
+    Litestar's own `csrf_token()` (litestar/template/base.py, registered for Jinja in
+    litestar/plugins/jinja.py), so handlers pass only their own context."""
+    engine.register_template_callable("engine_info", engine_info)
+
+
 @get("/", include_in_schema=False, dependencies={"user": Provide(optional_user)})
-async def chat_page(user: User | None, page_globals: dict[str, Any]) -> Template | Redirect:
+async def chat_page(user: User | None) -> Template | Redirect:
     if user is None:
         return Redirect("/login")
     user_json = {"id": str(user.id), "email": user.email, "is_admin": user.is_admin}
-    return Template("chat.html", context={**page_globals, "user": user_json})
+    return Template("chat.html", context={"user": user_json})
 
 
 @get("/login", include_in_schema=False)
-async def login_page(page_globals: dict[str, Any]) -> Template:
-    return Template("login.html", context=page_globals)
+async def login_page() -> Template:
+    return Template("login.html")
 
 
 @get("/signup", include_in_schema=False)
-async def signup_page(page_globals: dict[str, Any]) -> Template:
-    return Template("signup.html", context=page_globals)
+async def signup_page() -> Template:
+    return Template("signup.html")
 
 
 @get("/healthz", include_in_schema=False)

@@ -141,14 +141,20 @@ def test_admission_is_fair_across_owners() -> None:
     assert len(sched.waiting) == 60 - 17
 
 
-def test_plan_decodes_everyone_and_chunks_prefill_within_budget() -> None:
-    sched = Scheduler(max_seqs=8, kv_cells=10_000, step_token_budget=16)
-    decoders = [_seq(f"d{i}", 4, 50) for i in range(6)]
-    long = _seq("long", 100, 10)
-    sched.waiting.extend([*decoders, long])
+def admitted_with_decoders(decoders: list[Sequence], prompt: Sequence, max_seqs: int) -> Scheduler:
+    """A 16-token-step scheduler that admitted `decoders`, each past its prompt and decoding, and
+    `prompt`, still to prefill."""
+    sched = Scheduler(max_seqs=max_seqs, kv_cells=10_000, step_token_budget=16)
+    sched.waiting.extend([*decoders, prompt])
     list(sched.admit())
     for seq in decoders:
-        seq.n_cached, seq.next_token = 4, 7
+        seq.n_cached, seq.next_token = len(seq.prompt), 7
+    return sched
+
+
+def test_plan_decodes_everyone_and_chunks_prefill_within_budget() -> None:
+    long = _seq("long", 100, 10)
+    sched = admitted_with_decoders([_seq(f"d{i}", 4, 50) for i in range(6)], long, max_seqs=8)
     plan = sched.plan()
     assert [len(c.tokens) for c in plan] == [1] * 6 + [10]  # 16 - 6 decodes
     assert all(c.wants_logits for c in plan[:6]) and not plan[-1].wants_logits
@@ -179,13 +185,8 @@ def test_prompt_budget_goes_round_the_owners_shortest_first() -> None:
 
 
 def test_prefill_is_never_starved_by_decoders() -> None:
-    sched = Scheduler(max_seqs=32, kv_cells=10_000, step_token_budget=16)
     decoders = [_seq(f"d{i}", 1, 50) for i in range(20)]
-    newcomer = _seq("new", 50, 10)
-    sched.waiting.extend([*decoders, newcomer])
-    list(sched.admit())
-    for seq in decoders:
-        seq.n_cached, seq.next_token = 1, 7
+    sched = admitted_with_decoders(decoders, _seq("new", 50, 10), max_seqs=32)
     assert len(sched.plan()[-1].tokens) == 4  # a quarter of the budget, however many decode
     assert sched.batch_capacity >= 32 + 4
 

@@ -45,7 +45,7 @@ def ops_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def streaming_db() -> Iterator[Database]:
-    with throwaway_database("stream") as database:
+    with throwaway_database() as database:
         yield database
 
 

@@ -14,13 +14,11 @@ Clients and the SSE parser come from tests/live_server.py.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import subprocess
@@ -33,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import asyncpg
 from sqlalchemy.engine import make_url
 
 from tests.live_server import (
@@ -44,14 +41,12 @@ from tests.live_server import (
     end_process,
     free_port,
 )
+from tests.live_server import throwaway_database as postgres_database
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROCFILE = PROJECT_ROOT / "Procfile"
 NGINX_TEMPLATE = PROJECT_ROOT / "deploy" / "nginx.conf"
 NGINX_PLACEHOLDERS = ("LISTEN", "REPLICA_A", "REPLICA_B", "PROXY_READ_TIMEOUT")
-TEST_POSTGRES_URL = os.environ.get(
-    "TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 VENV_BIN = str(Path(sys.executable).parent)
 STEP_MS = 30  # the synthetic engine's step in most ops tests: one token per 30 ms
 
@@ -85,29 +80,16 @@ class Database:
     async_url: str  # for tests.live_server.query()
 
 
-async def _admin(sql: str) -> None:
-    url = make_url(TEST_POSTGRES_URL).set(drivername="postgresql")
-    connection = await asyncpg.connect(url.render_as_string(hide_password=False))
-    try:
-        await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
 @contextlib.contextmanager
-def throwaway_database(label: str) -> Iterator[Database]:
-    name = f"streamchat_ops_{label}_{secrets.token_hex(5)}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
-    base = make_url(TEST_POSTGRES_URL).set(database=name)
-    try:
+def throwaway_database() -> Iterator[Database]:
+    """A PostgreSQL database with a random name, dropped afterwards (tests/live_server.py's)."""
+    with postgres_database("postgresql", Path(tempfile.gettempdir())) as async_url:
         yield Database(
-            url=base.set(drivername="postgresql").render_as_string(hide_password=False),
-            async_url=base.set(drivername="postgresql+asyncpg").render_as_string(
-                hide_password=False
-            ),
+            url=make_url(async_url)
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False),
+            async_url=async_url,
         )
-    finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def release(env: Mapping[str, str], log_path: Path) -> subprocess.CompletedProcess[bytes]:

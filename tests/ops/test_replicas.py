@@ -55,7 +55,7 @@ class Cluster:
     def row(self, message_id: str) -> dict[str, Any]:
         rows = query(
             self.database.async_url,
-            "SELECT status, replica_id, content FROM messages WHERE id = :id",
+            "SELECT status, replica_id, content, completion_tokens FROM messages WHERE id = :id",
             id=message_id,
         )
         assert rows, f"no message {message_id}"
@@ -65,7 +65,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(ops_logs: Path) -> Iterator[Cluster]:
     redis_db = random.randint(1, 15)
-    with throwaway_database("replicas") as database:
+    with throwaway_database() as database:
         env = {
             "ENGINE": "synthetic",
             "SYNTHETIC_STEP_MS": str(STEP_MS),
@@ -146,13 +146,15 @@ def test_stop_sent_to_the_other_replica_cancels_the_reply(cluster: Cluster) -> N
         assert answer.json()["status"] == "cancelled", answer.json()
         read_rest(events, record)
     print(f"\nreply on {owner}, Stop sent to {other.name}: answered in {took * 1000:.0f} ms")
-    assert took < 3.0
     assert record.end is not None and record.end.event == "final", record.events
     assert record.end.json()["status"] == "cancelled"
     row = cluster.row(message_id)
     assert row["status"] == "cancelled"
     assert row["content"] == record.text  # what the client saw is what was saved
-    assert len(record.deltas) < 500  # stopped early, not run to its end
+    # The Stop landed within the reply's first tenth: a relay that never reaches the owner runs
+    # it to its end (1000 tokens), one that lands only after the other replica stops waiting
+    # (5 s: about 170 tokens at 30 ms) is late too.
+    assert row["completion_tokens"] < 1000 // 10
 
 
 def resume(client: PageClient, message_id: str, after: int) -> tuple[PageStream, float]:

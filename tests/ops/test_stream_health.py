@@ -68,12 +68,12 @@ def test_client_ttft_is_stored_next_to_the_engines_and_tells_a_buffering_proxy_a
         f"difference {client_ms - engine_ms:.0f} ms"
     )
     assert client_ms == pytest.approx(arrivals.ttft_ms, abs=0.01)
-    assert 0 < engine_ms < 1000
+    assert 0 < engine_ms < client_ms  # the engine made the token before the client saw it
     buffered = proxy == "buffering_proxy"
-    if buffered:
-        assert client_ms - engine_ms > 1500  # about the whole 2.4 s reply
-    else:
-        assert client_ms - engine_ms < 500  # below the warning threshold, whatever the load
+    if buffered:  # the buffering proxy held the first token for most of the reply
+        reply_ms = (arrivals.final_at - arrivals.sent_at) * 1000.0  # type: ignore[operator]
+        assert client_ms - engine_ms > reply_ms / 2
+    # ...and only it crosses the admin console's threshold, whatever the load
     assert stream_health_warning(engine_ms, client_ms) is buffered
     warning = admin_warning(admin, stored["id"])
     print(f"admin stream_health_warning: {warning}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 from litestar import Controller, get, post
@@ -56,7 +55,6 @@ class AdminPages(Controller):
     async def index(
         self,
         sessions: Sessions,
-        page_globals: dict[str, Any],
         user: str | None = None,
         status: str | None = None,
         date_from: str | None = None,
@@ -105,7 +103,6 @@ class AdminPages(Controller):
         return Template(
             "admin/index.html",
             context=dict(
-                page_globals,
                 conversations=rows,
                 filters={
                     "user": user,
@@ -123,9 +120,7 @@ class AdminPages(Controller):
         )
 
     @get("/conversations/{conversation_id:uuid}")
-    async def conversation(
-        self, sessions: Sessions, page_globals: dict[str, Any], conversation_id: UUID
-    ) -> Template:
+    async def conversation(self, sessions: Sessions, conversation_id: UUID) -> Template:
         conversation = await queries.get_conversation_unscoped(sessions, conversation_id)
         if conversation is None:
             raise NotFoundException("no such conversation")
@@ -134,7 +129,6 @@ class AdminPages(Controller):
         return Template(
             "admin/conversation.html",
             context=dict(
-                page_globals,
                 conversation={
                     "id": str(conversation.id),
                     "title": conversation.title,
@@ -148,14 +142,12 @@ class AdminPages(Controller):
         )
 
     @get("/live")
-    async def live(
-        self, replies: ReplyService, engine: Engine, page_globals: dict[str, Any]
-    ) -> Template:
+    async def live(self, replies: ReplyService, engine: Engine) -> Template:
         emails = {str(u.id): u.email for u in await accounts.list_users(replies.sessions)}
         generations = live_generations(replies.manager, emails)
         return Template(
             "admin/live.html",
-            context=dict(page_globals, generations=generations, engine_stats=engine.stats()),
+            context=dict(generations=generations, engine_stats=engine.stats()),
         )
 
     @post("/live/{message_id:uuid}/kill", status_code=303)
@@ -165,7 +157,7 @@ class AdminPages(Controller):
         return Redirect("/admin/live", status_code=303)
 
     @get("/charts")
-    async def charts(self, sessions: Sessions, page_globals: dict[str, Any]) -> Template:
+    async def charts(self, sessions: Sessions) -> Template:
         timings = await queries.recent_reply_timings(sessions)
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         hours = [hour - timedelta(hours=i) for i in range(47, -1, -1)]
@@ -173,7 +165,6 @@ class AdminPages(Controller):
         return Template(
             "admin/charts.html",
             context=dict(
-                page_globals,
                 ttft_svg=histogram_svg(timings.ttft_ms, "Time to first token (engine)"),
                 gap_svg=histogram_svg(timings.gap_p50_ms, "Inter-token gap, median per reply"),
                 gap_p99_svg=histogram_svg(timings.gap_p99_ms, "Inter-token gap, p99 per reply"),

@@ -1,0 +1,318 @@
+"""The llama.cpp engine's loop thread: it steps every running sequence, one batch at a time.
+
+Shape of the loop (one iteration = one step = one `llama_decode`):
+
+    take new requests and aborts   (queues the event loop fills; never a lock held across a step)
+    admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
+                                    a cached prefix of the owner's own earlier prompts is shared,
+                                    not prefilled again)
+    build ONE batch                (a decode token per running sequence + prompt chunks, budgeted;
+                                    never a lone token: see `StepLoop._decode_padded`)
+    llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
+    sample per sequence            (own sampler chain, reading only the rows flagged for logits)
+    detokenise, check stop/EOS/length, free finished sequences' KV cells at once
+    hand the step's events to asyncio in ONE call_soon_threadsafe
+
+The thread never waits for a consumer: events go into each request's `EventStream`, which buffers.
+`abort` only flags the sequence and wakes the loop; the loop ends it at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
+from app.engine.llamacpp_native import PAD_TOKEN_POS, NativeModel, needs_pad
+from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
+from app.engine.streams import EventStream
+
+log = logging.getLogger(__name__)
+
+Delivery = list[tuple[EventStream, EngineEvent]]
+
+
+def _deliver(events: Delivery) -> None:
+    """Runs on the event loop: push one step's events into their streams."""
+    for stream, event in events:
+        stream.push(event)
+
+
+@dataclass(slots=True)
+class StepCounters:
+    """Plain counters, written by the loop thread only, read by `stats()` without a lock."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_used: int = 0
+    steps: int = 0
+    tokens_generated: int = 0
+    step_errors: int = 0
+    last_step_s: float = 0.0
+    cache_cells: int = 0
+    taken: int = 0  # sequences taken out of the inbox
+
+
+class StepLoop:
+    """Runs the scheduler's sequences on one `NativeModel`, in a thread of its own."""
+
+    def __init__(self, sched: Scheduler, open_requests: dict[str, Sequence]) -> None:
+        """`open_requests` is the engine's request id -> sequence map: a sequence leaves it when
+        it finishes."""
+        self._sched = sched
+        self._open = open_requests
+        # one more sequence id, past the others, for the pad token of a one-token step
+        self._pad_seq = sched.n_seq_ids
+        self._native: NativeModel | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.alive = False  # the thread runs and takes requests
+        self._stopping = False
+        self._inbox: queue.SimpleQueue[list[Sequence]] = queue.SimpleQueue()
+        self._aborts: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._outbox: Delivery = []
+        self.counters = StepCounters()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    # --- called on the event loop ----------------------------------------------------------------
+
+    def start(self, native: NativeModel, loop: asyncio.AbstractEventLoop) -> None:
+        self._native, self._loop = native, loop
+        self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
+        self.alive = True
+        self._thread.start()
+
+    def submit(self, batch: list[Sequence]) -> None:
+        """New requests, to be taken at the next step boundary."""
+        self._inbox.put(batch)
+        self._wake.set()
+
+    def cancel(self, seq: Sequence) -> None:
+        """End a sequence at the next step boundary (flagged `cancel_requested` by the caller)."""
+        self._aborts.put(seq)
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """End every sequence (`cancelled`) and the thread; the model is closed once it is done."""
+        thread = self._thread
+        if thread is None:
+            return
+        first = not self._stopping
+        self._stopping = True
+        self._wake.set()
+        await asyncio.to_thread(thread.join)
+        if first:
+            await asyncio.sleep(0)  # the thread's last call_soon_threadsafe runs before we return
+
+    # --- the loop thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        native = self._native
+        assert native is not None
+        try:
+            while not self._stopping:
+                self._take_new_and_aborts()
+                self._publish()  # cancellations reach their streams before the next decode
+                if not self._sched.running and not self._sched.waiting:
+                    self._wake.wait()
+                    self._wake.clear()
+                    continue
+                self._step(native)
+        except BaseException as exc:  # a bug in the loop itself: fail loudly, never hang a stream
+            log.exception("llama.cpp engine loop died")
+            self.alive = False
+            self._take_new_and_aborts()
+            self._end_all(FinishReason.ERROR, f"engine loop failed: {exc!r}")
+        finally:
+            self.alive = False
+            self._take_new_and_aborts()
+            self._end_all(FinishReason.CANCELLED, None)
+            self._publish()
+            self._native = None
+            native.close()
+
+    def _take_new_and_aborts(self) -> None:
+        sched = self._sched
+        while True:
+            try:
+                batch = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            self.counters.taken += len(batch)
+            sched.waiting.extend(seq for seq in batch if seq.state is SeqState.WAITING)
+        while True:
+            try:
+                seq = self._aborts.get_nowait()
+            except queue.Empty:
+                break
+            if seq.state is not SeqState.DONE:
+                self._finish(seq, FinishReason.CANCELLED)
+        self._update_counters()
+
+    def _update_counters(self) -> None:
+        sched, counters = self._sched, self.counters
+        counters.running = len(sched.running)
+        counters.waiting = len(sched.waiting)
+        counters.kv_used = sched.kv_used
+        counters.cache_cells = sched.cache.cells
+
+    def _step(self, native: NativeModel) -> None:
+        t0 = time.perf_counter()
+        sched = self._sched
+        try:
+            for seq in sched.admit(evict=lambda entry: native.forget(entry.seq_id)):
+                entry, reuse = sched.cache.lookup(seq.prompt, seq.owner)
+                if entry is not None:
+                    native.share(entry.seq_id, seq.slot, reuse)
+                    seq.n_cached = reuse
+                seed = seq.params.seed if seq.params.seed is not None else random.getrandbits(32)
+                seq.sampler = native.new_sampler(seq.params, seed)
+            chunks = sched.plan()
+            batch = native.batch
+            assert batch is not None
+            batch.clear()
+            for chunk in chunks:
+                seq = chunk.seq
+                last = batch.add_run(chunk.tokens, chunk.start, seq.slot, chunk.wants_logits)
+                seq.batch_index = last if chunk.wants_logits else -1
+            if chunks:
+                self._decode_padded(native)
+            now = time.time()
+            for chunk in chunks:
+                seq = chunk.seq
+                seq.n_cached += len(chunk.tokens)
+                if seq.batch_index >= 0:
+                    self._accept(seq, native.sample(seq.sampler, seq.batch_index), now)
+        except Exception as exc:
+            log.exception("llama.cpp engine step failed")
+            self.counters.step_errors += 1
+            self._end_all(FinishReason.ERROR, f"engine step failed: {exc}")
+            native.forget_all()
+            sched.cache.clear()
+        self.counters.steps += 1
+        self._update_counters()
+        self.counters.last_step_s = time.perf_counter() - t0
+        self._publish()
+
+    def _decode_padded(self, native: NativeModel) -> None:
+        """Decode the step's batch, never as a one-row graph (see `llamacpp_native.needs_pad`).
+
+        A lone decode (or a one-token prompt chunk) gets a throwaway token of a scratch sequence
+        beside it: it makes the graph two rows, which keeps flash attention on the kernel whose
+        result does not depend on the KV window, so a greedy reply does not depend on the other
+        requests in the pool. Its cell is freed at once; nobody attends to it.
+        """
+        batch = native.batch
+        assert batch is not None
+        padded = needs_pad(len(batch))
+        if padded:
+            batch.add_run([native.pad_token], PAD_TOKEN_POS, self._pad_seq, False)
+        try:
+            native.decode()
+        finally:
+            if padded:
+                native.forget(self._pad_seq)
+
+    def _accept(self, seq: Sequence, token: int, now: float) -> None:
+        """One sampled token: count it, turn it into text, and decide whether the reply is over."""
+        native = self._native
+        assert native is not None
+        seq.generated.append(token)
+        seq.completion_tokens += 1
+        self.counters.tokens_generated += 1
+        if seq.first_token_at is None:
+            seq.first_token_at = now
+        if native.is_eog(token):
+            self._finish(seq, FinishReason.STOP)
+            return
+        seq.unsent_ids.append(token)
+        text, stopped = seq.detok.push(native.piece(token))
+        if text:
+            self._outbox.append((seq.stream, TextDelta(text, tuple(seq.unsent_ids))))
+            seq.unsent_ids.clear()
+        if stopped:
+            self._finish(seq, FinishReason.STOP, flush=False)
+        elif seq.completion_tokens >= seq.max_tokens:
+            self._finish(seq, FinishReason.LENGTH)
+        else:
+            seq.next_token = token
+
+    def _finish(
+        self, seq: Sequence, reason: FinishReason, error: str | None = None, *, flush: bool = True
+    ) -> None:
+        """End a sequence: free its slot, cells and sampler now, and queue its last events."""
+        slot = seq.slot if seq.state is SeqState.RUNNING else -1
+        self._sched.release(seq)
+        native = self._native
+        if native is not None:
+            if slot >= 0:
+                if reason is not FinishReason.ERROR and not self._stopping:
+                    self._keep_for_reuse(native, seq, slot)
+                native.forget(slot)
+            if seq.sampler is not None:
+                native.free_sampler(seq.sampler)
+                seq.sampler = None
+        if self._open.get(seq.request_id) is seq:
+            del self._open[seq.request_id]
+        tail = seq.detok.flush() if flush else ""
+        if tail:
+            self._outbox.append((seq.stream, TextDelta(tail, tuple(seq.unsent_ids))))
+        self._outbox.append(
+            (
+                seq.stream,
+                Finished(
+                    reason=reason,
+                    prompt_tokens=len(seq.prompt),
+                    completion_tokens=seq.completion_tokens,
+                    queued_at=seq.queued_at,
+                    first_token_at=seq.first_token_at,
+                    finished_at=time.time(),
+                    error=error,
+                    admitted_at=seq.admitted_at,
+                ),
+            )
+        )
+
+    def _keep_for_reuse(self, native: NativeModel, seq: Sequence, slot: int) -> None:
+        """Hand a finished sequence's cells to the prefix cache (before its own id lets go)."""
+        cache = self._sched.cache
+        if not cache.seq_ids:
+            return
+        tokens = seq.cached_tokens()
+        plan = cache.plan_store(tokens, seq.owner)
+        if plan is None:
+            return
+        if plan.replaces is not None:
+            native.forget(plan.seq_id)
+        native.share(slot, plan.seq_id, len(tokens))
+        for evicted in cache.commit_store(plan, tokens, seq.owner):
+            native.forget(evicted.seq_id)
+
+    def _end_all(self, reason: FinishReason, error: str | None) -> None:
+        waiting = list(self._sched.waiting)
+        self._sched.waiting.clear()  # first: each then ends without a queue search
+        for seq in [*self._sched.running, *waiting]:
+            self._finish(seq, reason, error)
+        self._update_counters()
+
+    def _publish(self) -> None:
+        """Hand this step's events to asyncio in one call; never waits for anyone."""
+        if not self._outbox:
+            return
+        events, self._outbox = self._outbox, []
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(_deliver, events)
+        except RuntimeError:  # the event loop closed under us: nobody is listening any more
+            pass
