@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -133,9 +133,7 @@ class ReplyService:
         params = self.limits.sampling(options, self.manager.engine.context_size)
         try:
             generation = await self._regenerate(user_id, message_id, params)
-        except (
-            conversations.ConversationNotFoundError
-        ) as exc:  # deleted meanwhile: its message with it
+        except conversations.ConversationNotFoundError as exc:  # deleted meanwhile, with it
             raise NotFoundError(message_id) from exc
         return self._from_start(generation, transport)
 
@@ -191,34 +189,20 @@ class ReplyService:
             messages = [*history, {"role": "user", "content": content}]
         else:
             messages = extra_messages
-        if not self.manager.accepting:
-            raise EngineUnavailableError("the server is shutting down: try again in a moment")
-        with self._reply_slot(user_id):  # may raise TooManyRepliesError
-            request_id = uuid.uuid4().hex
-            stream = self.manager.open_stream(  # may raise EngineError
-                request_id, messages, params, owner=str(user_id)
+
+        async def write(request_id: str) -> tuple[Message, str, str]:
+            user_message, reply = await reply_rows.add_turn(
+                self.sessions,
+                conversation.id,
+                content,
+                self.model_name,
+                engine_request_id=request_id,
+                replica_id=self.replica_id,
+                title_if_untitled=content[:80],
             )
-            try:
-                user_message, reply = await reply_rows.add_turn(
-                    self.sessions,
-                    conversation.id,
-                    content,
-                    self.model_name,
-                    engine_request_id=request_id,
-                    replica_id=self.replica_id,
-                    title_if_untitled=content[:80],
-                )
-            except BaseException:
-                await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
-                raise
-            return self._run(
-                reply,
-                request_id,
-                str(user_id),
-                str(user_message.id),
-                str(conversation.source),
-                stream,
-            )
+            return reply, str(user_message.id), str(conversation.source)
+
+        return await self._launch(user_id, messages, params, write)
 
     async def _regenerate(
         self, user_id: UUID, message_id: UUID, params: SamplingParams
@@ -233,25 +217,40 @@ class ReplyService:
         if old is None or old.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
         messages, question_id = await prompts.regeneration_prompt(self.sessions, old)
+
+        async def write(request_id: str) -> tuple[Message, str, str]:
+            reply = await reply_rows.replace_reply(
+                self.sessions,
+                old,
+                self.model_name,
+                engine_request_id=request_id,
+                replica_id=self.replica_id,
+            )
+            return reply, str(question_id), "page"
+
+        return await self._launch(user_id, messages, params, write)
+
+    async def _launch(
+        self,
+        user_id: UUID,
+        messages: list[dict[str, str]],
+        params: SamplingParams,
+        write: Callable[[str], Awaitable[tuple[Message, str, str]]],
+    ) -> Generation:
+        """The engine accepts the prompt (or raises EngineError), then `write(request_id)`
+        persists the turn and answers (the reply row, its question's id, its source); a write that
+        fails aborts the engine request, so nothing is left half-done on either side."""
         if not self.manager.accepting:
             raise EngineUnavailableError("the server is shutting down: try again in a moment")
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
             request_id = uuid.uuid4().hex
-            stream = self.manager.open_stream(  # may raise EngineError
-                request_id, messages, params, owner=str(user_id)
-            )
+            stream = self.manager.open_stream(request_id, messages, params, owner=str(user_id))
             try:
-                reply = await reply_rows.replace_reply(
-                    self.sessions,
-                    old,
-                    self.model_name,
-                    engine_request_id=request_id,
-                    replica_id=self.replica_id,
-                )
+                reply, question_id, source = await write(request_id)
             except BaseException:
                 await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
                 raise
-            return self._run(reply, request_id, str(user_id), str(question_id), "page", stream)
+            return self._run(reply, request_id, str(user_id), question_id, source, stream)
 
     def _run(
         self,
