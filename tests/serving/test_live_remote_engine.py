@@ -234,6 +234,44 @@ def test_a_client_disconnect_frees_the_upstream_slot(
     assert freed_s < SLOT_FREE_WITHIN_S + 0.5  # + the app noticing the closed socket
 
 
+def test_requests_beyond_the_upstream_slots_wait_in_the_app_and_stop_there_for_free(
+    app: tuple[LiveServer, PageClient], upstreams: list[LlamaServer]
+) -> None:
+    """4 slots upstream (2 x 2): a fifth reply waits in the app, not in llama-server's own queue
+    (which would prefill it later even after its client left). Stopped while it waits, it never
+    reaches an upstream."""
+    _, admin = app
+    wait_all_up(admin)
+    sent_before = sum(b["requests"] for b in backends(admin).values())
+    conversations = [admin.new_conversation() for _ in range(5)]
+    with contextlib.ExitStack() as stack:
+        readers, starts = [], []
+        for conversation in conversations:
+            response = stack.enter_context(admin.send(conversation, STORY, max_tokens=600))
+            reader = SseReader(response)
+            readers.append(reader)
+            starts.append(next(e for e in reader if getattr(e, "event", None) == "start").json())
+        for reader in readers[:4]:
+            read_deltas(reader, 1)
+        stats = admin.engine_stats()
+        assert (stats["running"], stats["waiting"]) == (4, 1), stats
+        assert [len(busy([u])) for u in upstreams] == [1, 1]
+        assert all(sum(s["is_processing"] for s in u.slots()) == 2 for u in upstreams)
+        assert all(u.metrics()["llamacpp:requests_deferred"] == 0 for u in upstreams)
+        assert admin.cancel(starts[4]["message_id"]).status_code in (200, 202)
+        waiting = read_stream(readers[4])
+        assert waiting.end is not None and waiting.end.json()["status"] == "cancelled"
+        assert waiting.deltas == []
+        for start in starts[:4]:
+            admin.cancel(start["message_id"])
+        for reader in readers[:4]:
+            assert read_stream(reader).end.json()["status"] == "cancelled"  # type: ignore[union-attr]
+    seconds_until_idle(upstreams)
+    assert sum(b["requests"] for b in backends(admin).values()) == sent_before + 4
+    stored = admin.wait_final(conversations[4], starts[4]["message_id"])
+    assert stored["status"] == "cancelled" and stored["completion_tokens"] == 0
+
+
 # -- routing -------------------------------------------------------------------------------------
 
 
