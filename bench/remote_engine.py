@@ -10,7 +10,7 @@ N streaming `/v1/chat/completions` requests goes through the app, and the same b
 (request i to upstream i mod 2, what the app's least-outstanding routing does with equal
 replies); the order alternates between runs. Printed side by side with the ratio app / direct:
 aggregate tok/s (usage completion tokens / the burst's wall time), TTFT p50/p99 (request sent ->
-first chunk with text), inter-chunk gap p50/p99. A warm-up burst goes to both upstreams first (a
+first chunk with text), inter-chunk gap p50/p99, each the median over `--runs`. A warm-up burst goes to both upstreams first (a
 fresh llama-server's first requests take seconds longer).
 
 Then Stop: `--stop-trials` times, a 600-token reply is streamed, and after 5 chunks its client
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -119,7 +120,7 @@ async def bench(args: argparse.Namespace, upstreams: list[LlamaServer], app: Ser
         Target(f"direct-{i}", u.openai_url, {}, via_app.model) for i, u in enumerate(upstreams)
     ]
     # A fresh llama-server's first requests are slow (seconds more TTFT): warm both up first.
-    await burst(direct, 2 * max(args.concurrency) // 4, "warm-up", 8)
+    await burst(direct, max(4, max(args.concurrency) // 2), "warm-up", 8)
     rows, summary = [], []
     for n in args.concurrency:
         results: dict[str, list[dict[str, float]]] = {"app": [], "direct": []}
@@ -130,10 +131,13 @@ async def bench(args: argparse.Namespace, upstreams: list[LlamaServer], app: Ser
                 results[name].append(figures(streams))
         load = os.getloadavg()[0]
         for name in ("direct", "app"):
-            f = results[name][-1]
+            f = {k: statistics.median(r[k] for r in results[name]) for k in results[name][0]}
             rows.append([f"{n} x {name}", fmt(f["tok_s"]), fmt(f["ttft_p50"]), fmt(f["ttft_p99"]),
                          fmt(f["gap_p50"]), fmt(f["gap_p99"]), str(int(f["errors"])), fmt(load, 2)])  # fmt: skip
-        a, d = results["app"][-1], results["direct"][-1]
+        a, d = (
+            {k: statistics.median(r[k] for r in results[name]) for k in results[name][0]}
+            for name in ("app", "direct")
+        )
         summary.append([str(n), ratio(a["tok_s"], d["tok_s"]), fmt(a["ttft_p50"] - d["ttft_p50"]),
                         ratio(a["gap_p50"], d["gap_p50"])])  # fmt: skip
     print(f"\n== {args.max_tokens}-token replies, sampled (0.8), 2 upstreams x {args.slots} slots")

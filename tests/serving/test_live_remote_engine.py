@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import threading
 import time
@@ -39,11 +40,20 @@ from tests.serving.test_live_websocket import WsReply, open_socket, send_json
 pytestmark = pytest.mark.timeout(600)
 
 STORY = "Write a long story about a lighthouse keeper."
-# The slot must be idle this soon after Stop answers. One SmolLM2 decode step on one thread is
-# 10-30 ms on this machine; llama-server notices a closed client when it next writes a token.
-# The bound is generous because two CPUs are shared with other jobs: the time measured is
-# printed, and bench/remote_engine.py reports it.
+# The slot must be idle this soon after Stop answers: llama-server notices a closed client when it
+# next writes a token (one or two decode steps; tools/server/server-context.cpp checks
+# `should_stop` before each chunk). One SmolLM2 decode step on one thread is 10-30 ms on a quiet
+# machine and 50-100 ms when its two CPUs are shared with other jobs, so the bound is this or a
+# few decode steps as this very reply's deltas were spaced, whichever is larger. The time
+# measured is printed; bench/remote_engine.py reports it against a direct client's hang-up.
 SLOT_FREE_WITHIN_S = 0.5
+DECODE_STEPS_ALLOWED = 5
+
+
+def slot_free_bound(deltas: list[float]) -> float:
+    """`SLOT_FREE_WITHIN_S`, or `DECODE_STEPS_ALLOWED` median delta gaps (arrival times)."""
+    gaps = sorted(b - a for a, b in itertools.pairwise(deltas))
+    return max(SLOT_FREE_WITHIN_S, DECODE_STEPS_ALLOWED * gaps[len(gaps) // 2])
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +129,12 @@ def busy(servers: list[LlamaServer]) -> list[LlamaServer]:
     return [s for s in servers if s.busy_slots()]
 
 
-def read_deltas(reader: SseReader, count: int) -> list[dict[str, Any]]:
+def read_deltas(reader: SseReader, count: int) -> list[float]:
+    """Read `count` delta events; their arrival times."""
     deltas = []
     for item in reader:
         if getattr(item, "event", None) == "delta":
-            deltas.append(item.json())  # type: ignore[union-attr]
+            deltas.append(item.at)  # type: ignore[union-attr]
             if len(deltas) >= count:
                 return deltas
     raise AssertionError(f"the stream ended after {len(deltas)} deltas")
@@ -195,13 +206,14 @@ def test_stop_frees_the_upstream_slot(
     with admin.send(conversation, STORY, max_tokens=600, temperature=0) as response:
         reader = SseReader(response)
         start = next(e for e in reader if getattr(e, "event", None) == "start").json()
-        read_deltas(reader, 5)
+        arrivals = read_deltas(reader, 8)
         (serving,) = busy(upstreams)  # the slot is busy upstream while the reply streams
         predicted = serving.metrics()["llamacpp:tokens_predicted_total"]
         assert admin.cancel(start["message_id"]).status_code in (200, 202)
         freed_s = seconds_until_idle(upstreams)
-        print(f"Stop -> upstream slot idle: {freed_s * 1000:.0f} ms")
-        assert freed_s < SLOT_FREE_WITHIN_S
+        bound = slot_free_bound(arrivals)
+        print(f"Stop -> upstream slot idle: {freed_s * 1000:.0f} ms (bound {bound * 1000:.0f})")
+        assert freed_s < bound
         rest = read_stream(reader)
     assert rest.end is not None and rest.end.json()["status"] == "cancelled"
     stored = admin.wait_final(conversation, start["message_id"])
@@ -225,13 +237,15 @@ def test_a_client_disconnect_frees_the_upstream_slot(
     with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, timeout=60,
                       headers={"Authorization": f"Bearer {key}"}) as response:  # fmt: skip
         lines = response.iter_lines()
-        received = 0
-        while received < 5:
-            received += next(lines).startswith("data: {")
+        arrivals: list[float] = []
+        while len(arrivals) < 8:
+            if next(lines).startswith("data: {"):
+                arrivals.append(time.monotonic())
         assert len(busy(upstreams)) == 1
     freed_s = seconds_until_idle(upstreams)
-    print(f"client gone -> upstream slot idle: {freed_s * 1000:.0f} ms")
-    assert freed_s < SLOT_FREE_WITHIN_S + 0.5  # + the app noticing the closed socket
+    bound = slot_free_bound(arrivals) + 0.5  # + the app noticing its client's closed socket
+    print(f"client gone -> upstream slot idle: {freed_s * 1000:.0f} ms (bound {bound * 1000:.0f})")
+    assert freed_s < bound
 
 
 def test_requests_beyond_the_upstream_slots_wait_in_the_app_and_stop_there_for_free(
