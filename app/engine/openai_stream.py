@@ -26,9 +26,7 @@ class UpstreamProtocolError(Exception):
     """The upstream sent something that is not an OpenAI chat-completions stream, or an error."""
 
 
-def chat_body(
-    model: str, messages: ChatMessages, params: SamplingParams, *, stop: bool = True
-) -> dict[str, Any]:
+def chat_body(model: str, messages: ChatMessages, params: SamplingParams) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "messages": [dict(m) for m in messages],
@@ -42,7 +40,7 @@ def chat_body(
         body["top_k"] = params.top_k  # not OpenAI's, but llama-server, vLLM and SGLang take it
     if params.seed is not None:
         body["seed"] = params.seed
-    if params.stop and stop:
+    if params.stop:  # applied again by the engine, for servers that ignore it
         body["stop"] = list(params.stop)
     return body
 
