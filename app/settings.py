@@ -33,8 +33,10 @@ def _env_bool(name: str, default: bool) -> bool:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    kind: str = "llamacpp"  # llamacpp | trtllm | synthetic
-    model_path: str | None = None  # a GGUF (llamacpp) or a model dir/name (trtllm); None: SmolLM2
+    kind: str = "llamacpp"  # llamacpp | trtllm | synthetic | openai
+    # a GGUF (llamacpp), a model dir/name (trtllm) or the upstreams' model name (openai; None:
+    # the first of GET /v1/models); None: SmolLM2
+    model_path: str | None = None
     context_size: int = 2048  # tokens one sequence may hold: prompt + reply
     max_seqs: int = 16  # sequences decoding at once; the rest wait (fairly across users)
     kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
@@ -56,6 +58,20 @@ class EngineSettings:
     synthetic_step_ms: float = 20.0  # synthetic engine: fixed cost of one step
     synthetic_per_seq_ms: float = 0.5  # ... plus this much per running sequence
     synthetic_prefill_ms_per_token: float = 0.05
+    # ENGINE=openai (app/engine/openai_remote.py): OpenAI-compatible inference servers, each
+    # named by its API base (http://host:port/v1), with an optional bearer key for all of them.
+    upstreams: tuple[str, ...] = ()
+    upstream_key: str | None = None
+    # Requests sent to one upstream at once; the rest wait in the app (a queued request whose
+    # client goes away is still prefilled by llama-server later). 0: its /props `total_slots`,
+    # or max_seqs where the server does not say.
+    upstream_slots: int = 0
+    upstream_connect_timeout_s: float = 3.0
+    # Until the response headers and the first text: llama-server sends no header before the
+    # request has a slot and its first token. Also the longest silence mid-reply.
+    upstream_first_token_timeout_s: float = 60.0
+    upstream_failures_to_down: int = 2  # consecutive failures that mark an upstream down
+    upstream_probe_interval_s: float = 2.0  # health checks of every upstream, up or down
 
     @classmethod
     def from_env(cls) -> EngineSettings:
@@ -73,6 +89,25 @@ class EngineSettings:
             synthetic_per_seq_ms=_env_float("SYNTHETIC_PER_SEQ_MS", d.synthetic_per_seq_ms),
             synthetic_prefill_ms_per_token=_env_float(
                 "SYNTHETIC_PREFILL_MS_PER_TOKEN", d.synthetic_prefill_ms_per_token
+            ),
+            upstreams=tuple(
+                url.strip().rstrip("/")
+                for url in _env("ENGINE_UPSTREAMS", "").split(",")
+                if url.strip()
+            ),
+            upstream_key=os.environ.get("ENGINE_UPSTREAM_KEY") or None,
+            upstream_slots=_env_int("ENGINE_UPSTREAM_SLOTS", d.upstream_slots),
+            upstream_connect_timeout_s=_env_float(
+                "ENGINE_UPSTREAM_CONNECT_TIMEOUT_S", d.upstream_connect_timeout_s
+            ),
+            upstream_first_token_timeout_s=_env_float(
+                "ENGINE_UPSTREAM_FIRST_TOKEN_TIMEOUT_S", d.upstream_first_token_timeout_s
+            ),
+            upstream_failures_to_down=_env_int(
+                "ENGINE_UPSTREAM_FAILURES_TO_DOWN", d.upstream_failures_to_down
+            ),
+            upstream_probe_interval_s=_env_float(
+                "ENGINE_UPSTREAM_PROBE_INTERVAL_S", d.upstream_probe_interval_s
             ),
         )
 

@@ -184,3 +184,12 @@ class LlamaServer:
             return self.log_path.read_text(errors="replace")[-chars:]
         except FileNotFoundError:
             return ""
+
+
+def kill_upstream(server: LlamaServer) -> None:
+    """SIGKILL, as a crash or an OOM kill: the server's connections reset, nothing is flushed."""
+    process = server.process
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait(timeout=10)
+    server.process = None

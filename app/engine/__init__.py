@@ -47,4 +47,10 @@ def create_engine(settings: EngineSettings) -> Engine:
         from app.engine.trtllm import TrtLlmEngine
 
         return TrtLlmEngine(settings)
-    raise ValueError(f"unknown ENGINE {settings.kind!r}: choose llamacpp, trtllm or synthetic")
+    if settings.kind == "openai":
+        from app.engine.openai_remote import OpenAIRemoteEngine
+
+        return OpenAIRemoteEngine(settings)
+    raise ValueError(
+        f"unknown ENGINE {settings.kind!r}: choose llamacpp, trtllm, openai or synthetic"
+    )

@@ -120,6 +120,22 @@ EngineEvent = TextDelta | Finished
 
 
 @dataclass(frozen=True, slots=True)
+class BackendStats:
+    """One server an engine sends requests to (ENGINE=openai's upstreams), as it sees it."""
+
+    name: str  # its address
+    up: bool  # False: marked down after failures, probed until it answers again
+    in_flight: int  # requests it is serving for this engine now
+    capacity: int  # the most it is sent at once
+    requests: int  # requests sent to it since start
+    errors: int  # of those, the ones that failed (before or after their first token)
+    ttft_sum_s: float  # time to first token, summed over the requests that got one
+    ttft_count: int
+    ttft_buckets: tuple[tuple[float, int], ...] = ()  # (upper bound in s, cumulative count)
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     running: int  # sequences holding KV cache and advancing each step
     waiting: int  # admitted to the queue, not yet running
@@ -128,6 +144,8 @@ class EngineStats:
     steps: int  # engine steps taken since start
     tokens_generated: int  # tokens sampled since start
     extra: Mapping[str, float] = field(default_factory=dict)
+    backends: tuple[BackendStats, ...] = ()  # the servers behind the engine, if any
+    unavailable: str | None = None  # why the engine cannot serve a request now (None: it can)
 
 
 @runtime_checkable

@@ -10,10 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from app.engine.base import EngineStats
+from app.engine.base import BackendStats, EngineStats
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -95,8 +100,10 @@ class EngineCollector(Collector):
     def __init__(self, stats: Callable[[], EngineStats]) -> None:
         self._stats = stats
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         stats = self._stats()
+        if stats.backends:
+            yield from backend_metrics(stats.backends)
         for name, doc, value in (
             ("streamchat_engine_running_sequences", "Sequences decoding now.", stats.running),
             (
@@ -114,6 +121,38 @@ class EngineCollector(Collector):
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
+
+
+def backend_metrics(backends: tuple[BackendStats, ...]) -> Iterator[Metric]:
+    """Per-upstream figures of an engine that sends requests to other servers (ENGINE=openai)."""
+    label = ["upstream"]
+    up = GaugeMetricFamily("streamchat_upstream_up", "1 if the upstream is up.", labels=label)
+    in_flight = GaugeMetricFamily(
+        "streamchat_upstream_in_flight", "Requests the upstream serves now.", labels=label
+    )
+    slots = GaugeMetricFamily(
+        "streamchat_upstream_slots", "Requests it is sent at once at most.", labels=label
+    )
+    requests = CounterMetricFamily(
+        "streamchat_upstream_requests", "Requests sent to the upstream.", labels=label
+    )
+    errors = CounterMetricFamily(
+        "streamchat_upstream_errors", "Requests the upstream failed or refused.", labels=label
+    )
+    ttft = HistogramMetricFamily(
+        "streamchat_upstream_ttft_seconds",
+        "Time from sending a request to the upstream to its first text.",
+        labels=label,
+    )
+    for b in backends:
+        up.add_metric([b.name], 1.0 if b.up else 0.0)
+        in_flight.add_metric([b.name], b.in_flight)
+        slots.add_metric([b.name], b.capacity)
+        requests.add_metric([b.name], b.requests)
+        errors.add_metric([b.name], b.errors)
+        buckets = [(f"{bound:g}", count) for bound, count in b.ttft_buckets]
+        ttft.add_metric([b.name], [*buckets, ("+Inf", b.ttft_count)], sum_value=b.ttft_sum_s)
+    yield from (up, in_flight, slots, requests, errors, ttft)
 
 
 _engine_collector: EngineCollector | None = None

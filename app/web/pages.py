@@ -64,6 +64,8 @@ async def readyz(services: Services) -> Response[dict[str, Any]]:
         if services.engine_ready.is_set()
         else (f"failed: {services.engine_error}" if services.engine_error else "loading")
     )
+    if checks["model"] == "loaded" and (why := services.engine.stats().unavailable):
+        checks["model"] = f"unavailable: {why}"  # e.g. every upstream inference server is down
     try:
         async with services.sessions() as session:
             await session.execute(text("SELECT 1"))

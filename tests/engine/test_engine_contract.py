@@ -1,15 +1,18 @@
 """The engine contract (app/engine/base.py), one suite for every engine.
 
-Each test runs on llama.cpp with the real SmolLM2 model, on the synthetic engine, and on the
+Each test runs on llama.cpp with the real SmolLM2 model, on the synthetic engine, on the
 TensorRT-LLM adapter over the FAKE `tensorrt_llm` (tests/fakes/tensorrt_llm/: TensorRT-LLM needs a
-GPU; the fake reproduces TensorRT-LLM 1.x's behaviour from its sources). What an engine does beyond
-the contract is tested in its own module.
+GPU; the fake reproduces TensorRT-LLM 1.x's behaviour from its sources), and on ENGINE=openai in
+front of a real llama.cpp `llama-server` with SmolLM2 (tests/llama_server.py; 4 slots, so that
+the fifth request waits in the app as `max_seqs=4` makes it wait in the others). What an engine
+does beyond the contract is tested in its own module.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,8 +31,9 @@ from app.settings import EngineSettings
 from tests.engine.streams import collect
 from tests.engine.test_trtllm_fake import install_fake
 from tests.fakes import tensorrt_llm as fake_trt
+from tests.llama_server import LlamaServer
 
-ENGINES = ["llamacpp", "synthetic", "trtllm-fake"]
+ENGINES = ["llamacpp", "synthetic", "trtllm-fake", "openai"]
 CONTEXT = 512
 # Long for every engine: SmolLM2 goes on and on; the synthetic engine obeys the marker; the fake
 # TensorRT-LLM (script None) counts words up to max_tokens.
@@ -37,9 +41,18 @@ LONG = [{"role": "user", "content": "Write a long story about a dragon. [[synthe
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, seed=1)
 
 
-def settings_for(kind: str) -> EngineSettings:
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """The llama-server ENGINE=openai runs in front of, started on first use."""
+    log = Path(tmp_path_factory.mktemp("upstream")) / "llama-server.log"
+    with LlamaServer(log, parallel=4, slot_context=CONTEXT, threads=1) as server:
+        yield server
+
+
+def settings_for(kind: str, upstreams: tuple[str, ...] = ()) -> EngineSettings:
     return EngineSettings(
         kind=kind,
+        upstreams=upstreams,
         context_size=CONTEXT,
         max_seqs=4,
         kv_cells=4096,
@@ -58,7 +71,10 @@ async def engine(
         install_fake(monkeypatch)
         fake_trt.LLM.script = None  # endless: " w1 w2 ..." up to max_tokens
         kind = "trtllm"
-    eng = create_engine(settings_for(kind))
+    upstreams = ()
+    if kind == "openai":
+        upstreams = (request.getfixturevalue("upstream").openai_url,)
+    eng = create_engine(settings_for(kind, upstreams))
     await eng.start()
     yield eng
     await eng.shutdown()
