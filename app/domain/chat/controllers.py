@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, Request, Router, delete, get, patch, post, put
+from litestar import Controller, Request, Router, delete, get, patch, post
 from litestar.di import Provide
 from litestar.exceptions import (
     ClientException,
@@ -129,7 +129,7 @@ class ConversationController(Controller):
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
         return ConversationWithMessages.of_thread(thread)
 
-    @put("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
+    @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(
         self, sessions: Sessions, user: User, conversation_id: UUID, data: ShowBranch
     ) -> ConversationWithMessages:

@@ -32,7 +32,9 @@ class RegenerateFrame(
     client_ref: str | None = None
 
 
-class EditFrame(SendMessage, tag_field="type", tag="edit", forbid_unknown_fields=True):
+class EditFrame(
+    SendMessage, tag_field="type", tag="edit", kw_only=True, forbid_unknown_fields=True
+):
     message_id: UUID  # the user's message this is a new version of
     client_ref: str | None = None
 
