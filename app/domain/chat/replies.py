@@ -55,9 +55,9 @@ class ReplyEvents:
 
 
 class ReplyService:
-    """The one entry to replies for every transport: `send`, `regenerate`, `resume` and `cancel` take
-    the protocol's request structs and raise domain errors only (each transport answers those
-    through the app's one map, app/domain/refusals.py)."""
+    """The one entry to replies for every transport: `send`, `regenerate`, `edit`, `resume` and
+    `cancel` take the protocol's request structs and raise domain errors only (each transport
+    answers those through the app's one map, app/domain/refusals.py)."""
 
     def __init__(
         self,
