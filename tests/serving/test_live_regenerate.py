@@ -122,14 +122,18 @@ def test_regenerate_refusals_write_nothing(
     first = ask(alice, conversation, "Say hello.")
     second = ask(alice, conversation, "Say goodbye.")
 
+    def shown() -> list[tuple[str, list[str]]]:
+        """The branch shown: its messages and their versions (a streaming reply's text grows)."""
+        return [(m["id"], m["siblings"]) for m in alice.conversation(conversation)["messages"]]
+
     def refused(client: PageClient, message_id: str, status: int, **params: Any) -> str:
         before = row_counts(live_database_url)
-        shown_before = alice.conversation(conversation)
+        shown_before = shown()
         with regenerate(client, message_id, **params) as response:
             body = response.read()
         assert response.status_code == status, (response.status_code, body)
         assert row_counts(live_database_url) == before
-        assert alice.conversation(conversation) == shown_before
+        assert shown() == shown_before
         return response.json()["detail"]
 
     assert "latest" in refused(alice, first.message_id, 409)
