@@ -1,5 +1,6 @@
 /**
- * The page's replies: send, regenerate, retry, resume and Stop, one live reply per conversation.
+ * The page's replies: send, regenerate, edit, retry, resume and Stop, one live reply per
+ * conversation.
  * Each runs a ReplyStream (stream.js) over the chosen transport and keeps its MessageView up to
  * date; a reply keeps streaming while the user looks at another conversation, and its view is
  * shown again when they come back (`liveFor`).
@@ -42,8 +43,8 @@ export class Replies {
 
   /**
    * Run a reply's stream and keep its view up to date.
-   * @param request  {kind: "send", conversationId, content}, {kind: "regenerate", messageId} or
-   *                 {kind: "resume"}
+   * @param request  {kind: "send", conversationId, content}, {kind: "regenerate", messageId},
+   *                 {kind: "edit", messageId, content} or {kind: "resume"}
    * @param replaces the reply a regenerate replaces: back in its place if the server refuses
    * @param t0       performance.now() when the user pressed Send (for the page's TTFT), or null
    * @param started  (state) => void, once the server named the reply (and its question)
@@ -135,7 +136,8 @@ export class Replies {
     await this.run({ conversationId, view, userView, request: { kind: "send", conversationId, content }, t0 });
   }
 
-  /** Answer the latest reply's question again: the new reply takes its place (server and page). */
+  /** Answer the latest reply's question again: a new version of the reply takes its place on
+   * screen (the old one is a version away). */
   regenerate(conversationId, view) {
     if (this.liveFor(conversationId)) return;
     if (!view.reply.messageId || !this.list.isLatest(view)) {
