@@ -56,7 +56,7 @@ DEEP = 100_000
         ('{"type": "send", "client_ref": "n\\u0000", "content": "a"}', "NUL", None, 400),
         (
             '{"type": "dance", "client_ref": "d"}',
-            "unknown type 'dance': use send, cancel, resume or regenerate",
+            "unknown type 'dance': use send, cancel, resume, regenerate or edit",
             "d",
             None,
         ),
@@ -108,8 +108,10 @@ def test_the_openapi_document_describes_the_answers(tmp_path: Any) -> None:
     assert listed["type"] == "array" and listed["items"]["$ref"].endswith("ConversationResponse")
     read = answer("/api/conversations/{conversation_id}", "get", "200")
     assert read["properties"]["messages"]["items"]["$ref"].endswith("MessageResponse")
-    message = components["MessageResponse"]["properties"]
-    assert {"status", "finish_reason", "ttft_ms", "replaced_at"} <= set(message)
+    message = components[read["properties"]["messages"]["items"]["$ref"].rsplit("/", 1)[1]]
+    assert {"status", "finish_reason", "ttft_ms", "parent_id", "siblings"} <= set(
+        message["properties"]
+    )
     stopped = answer("/api/messages/{message_id}/cancel", "post", "200")
     assert set(stopped["properties"]) == {"message_id", "status"}
     models = answer("/v1/models", "get", "200")

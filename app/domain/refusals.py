@@ -16,6 +16,7 @@ from typing import Any
 from app.domain.accounts.passwords import WeakPasswordError
 from app.domain.accounts.ratelimit import TooManyAttemptsError
 from app.domain.accounts.service import EmailTakenError, InvalidEmailError
+from app.domain.chat.branches import NotEditableError, UnknownBranchError
 from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.replies import NotFoundError, TooManyRepliesError
 from app.domain.chat.reply_rows import NotRegenerableError
@@ -43,6 +44,8 @@ REFUSALS: tuple[tuple[type[Exception], Callable[[Any], Refusal]], ...] = (
     (NotFoundError, lambda exc: Refusal(404, "no such message")),
     (ConversationNotFoundError, lambda exc: Refusal(404, "no such conversation")),
     (NotRegenerableError, lambda exc: Refusal(409, str(exc))),
+    (NotEditableError, lambda exc: Refusal(409, str(exc))),
+    (UnknownBranchError, lambda exc: Refusal(404, "no such message in this conversation")),
     (TooManyRepliesError, lambda exc: Refusal(429, str(exc))),
     (EngineUnavailableError, lambda exc: Refusal(503, str(exc))),
     (EngineError, lambda exc: Refusal(400, str(exc))),

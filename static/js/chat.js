@@ -12,6 +12,7 @@
 
 import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { AccountDialog } from "./account.js";
+import { showVersions } from "./branches.js";
 import { Composer } from "./composer.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
@@ -115,6 +116,8 @@ const account = new AccountDialog({
 
 messages.el.addEventListener("message-retry", (e) => replies.retry(conversations.currentId, e.detail.view));
 messages.el.addEventListener("message-regenerate", (e) => replies.regenerate(conversations.currentId, e.detail.view));
+messages.el.addEventListener("message-edit", (e) => editMessage(e.detail.view, e.detail.content));
+messages.el.addEventListener("message-branch", (e) => showBranch(e.detail.messageId, e.detail.which));
 
 /** Send or Stop, and the dots in the list, as the replies now stand. */
 function showLive() {
@@ -147,6 +150,46 @@ async function send(content, { t0 = performance.now() } = {}) {
     }
   }
   await replies.send(conversationId, content, { t0 });
+}
+
+/** Versions wait for the reply: the page shows one branch, and the live reply is on it. */
+function refuseWhileLive(what) {
+  if (!replies.liveFor(conversations.currentId)) return false;
+  composer.showError(`Wait for the reply to finish (or stop it) before ${what}.`);
+  return true;
+}
+
+function editMessage(view, content) {
+  composer.showError("");
+  if (!conversations.currentId || !content.trim() || refuseWhileLive("editing a message")) {
+    view.update();
+    return;
+  }
+  replies.edit(conversations.currentId, view, content);
+}
+
+/** Show another version of a message (and the branch below it); the server remembers it. */
+async function showBranch(messageId, which) {
+  const id = conversations.currentId;
+  if (!id || refuseWhileLive("switching versions")) return;
+  composer.showError("");
+  let data;
+  try {
+    data = await api.patch(`/api/conversations/${enc(id)}/branch`, { message_id: messageId });
+  } catch (err) {
+    composer.showError(`Could not show that version: ${err.detail || err.message}`);
+    return;
+  }
+  if (id !== conversations.currentId) return;
+  loadSeq++; // a load still in flight would show the branch as it was
+  showMessages(id, data);
+  // Keep the reader where they were: on the message they switched, its same button focused.
+  const shown = messages.el.querySelector(`[data-message-id="${messageId}"]`);
+  shown?.scrollIntoView({ block: "nearest" });
+  const buttons = [`[data-testid=branch-${which}]`, "[data-testid=branch-switcher] button"];
+  const button = buttons.map((s) => shown?.querySelector(`${s}:not([disabled])`)).find(Boolean);
+  button?.focus();
+  announce(`Showing version ${shown?.querySelector("[data-testid=branch-position]")?.textContent || ""}.`);
 }
 
 function stopCurrent() {
@@ -194,9 +237,12 @@ function messageNodes(rows, live) {
     const liveView = row.role === "user" ? live?.userView : live?.view;
     if (liveView && liveView.reply.messageId === String(row.id)) nodes.push(liveView.el);
     else if (row.role === "user") {
-      nodes.push(new MessageView("user", { text: row.content || "", status: row.status || "completed", messageId: row.id }).el);
+      const view = new MessageView("user", { text: row.content || "", status: row.status || "completed", messageId: row.id });
+      showVersions(view, row.siblings);
+      nodes.push(view.el);
     } else if (row.role === "assistant") {
       const view = new MessageView("assistant", ReplyState.fromRow(row));
+      showVersions(view, row.siblings);
       nodes.push(view.el);
       if (row.status === "streaming" && !live) toResume.push(view);
     }
@@ -207,6 +253,18 @@ function messageNodes(rows, live) {
     nodes.push(live.view.el);
   }
   return { nodes, toResume };
+}
+
+/** Show a loaded conversation's messages; returns the views of replies still being written. */
+function showMessages(id, data) {
+  const conv = conversations.find(id);
+  if (data.title && conv) {
+    conv.title = data.title;
+    setTitle(conversationTitle(conv));
+  }
+  const { nodes, toResume } = messageNodes(data.messages || [], replies.liveFor(id));
+  messages.show(nodes);
+  return toResume;
 }
 
 /** Show a conversation: its stored messages, with live replies re-attached or resumed. */
@@ -237,12 +295,7 @@ async function openConversation(id, { fresh = false } = {}) {
     return;
   }
   if (seq !== loadSeq) return;
-  if (data.title && conv) {
-    conv.title = data.title;
-    setTitle(conversationTitle(conv));
-  }
-  const { nodes, toResume } = messageNodes(data.messages || [], replies.liveFor(id));
-  messages.show(nodes);
+  const toResume = showMessages(id, data);
   messages.scrollToBottom();
   // A reply still being written (e.g. the page was reloaded mid-stream): pick it up where the
   // stored text ends. One at a time: the newest.

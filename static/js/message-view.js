@@ -9,6 +9,7 @@
  * Markdown DOM is built by markdown.js from its allowlist.
  */
 
+import { renderBranchControls } from "./branches.js";
 import { copyText, flash, h } from "./dom.js";
 import { nodeToDOM, parseMarkdown } from "./markdown.js";
 import { tokensPerSecond } from "./reply.js";
@@ -155,6 +156,7 @@ export class MessageView {
     const streaming = r.status === "streaming";
     this.el.dataset.status = r.status;
     if (this.transport) this.el.dataset.transport = this.transport;
+    renderBranchControls(this); // versions switcher, Edit (branches.js)
     if (this.role === "user") return;
 
     this.textEl.setAttribute("aria-live", "polite");

@@ -1,11 +1,13 @@
 /**
- * The page's replies: send, regenerate, retry, resume and Stop, one live reply per conversation.
+ * The page's replies: send, regenerate, edit, retry, resume and Stop, one live reply per
+ * conversation.
  * Each runs a ReplyStream (stream.js) over the chosen transport and keeps its MessageView up to
  * date; a reply keeps streaming while the user looks at another conversation, and its view is
  * shown again when they come back (`liveFor`).
  */
 
 import { api, enc } from "./api.js";
+import { withNewVersion } from "./branches.js";
 import { MessageView, BADGES } from "./message-view.js";
 import { FINAL_STATUSES, ReplyState } from "./reply.js";
 import { ReplyStream } from "./stream.js";
@@ -41,12 +43,13 @@ export class Replies {
 
   /**
    * Run a reply's stream and keep its view up to date.
-   * @param request  {kind: "send", conversationId, content}, {kind: "regenerate", messageId} or
-   *                 {kind: "resume"}
+   * @param request  {kind: "send", conversationId, content}, {kind: "regenerate", messageId},
+   *                 {kind: "edit", messageId, content} or {kind: "resume"}
    * @param replaces the reply a regenerate replaces: back in its place if the server refuses
    * @param t0       performance.now() when the user pressed Send (for the page's TTFT), or null
+   * @param started  (state) => void, once the server named the reply (and its question)
    */
-  run({ conversationId, view, userView = null, replaces = null, request, t0 = null }) {
+  run({ conversationId, view, userView = null, replaces = null, request, t0 = null, started = null }) {
     const { list, composer, announce } = this;
     const transport = this.transport();
     const reply = view.reply;
@@ -68,6 +71,7 @@ export class Replies {
             userView.update();
           }
           view.setReconnecting(null);
+          started?.(s);
           this.onStarted(conversationId, request.kind === "send" ? request.content : null);
         },
         onFirstDelta() {
@@ -132,7 +136,8 @@ export class Replies {
     await this.run({ conversationId, view, userView, request: { kind: "send", conversationId, content }, t0 });
   }
 
-  /** Answer the latest reply's question again: the new reply takes its place (server and page). */
+  /** Answer the latest reply's question again: a new version of the reply takes its place on
+   * screen (the old one is a version away). */
   regenerate(conversationId, view) {
     if (this.liveFor(conversationId)) return;
     if (!view.reply.messageId || !this.list.isLatest(view)) {
@@ -150,7 +155,42 @@ export class Replies {
       replaces: view,
       request: { kind: "regenerate", messageId: view.reply.messageId },
       t0: performance.now(),
+      started: (s) => {
+        fresh.siblings = withNewVersion(view, s.messageId); // a new version, next to the old
+        fresh.update();
+      },
     });
+  }
+
+  /**
+   * Send `content` as a new version of the user's message `view`: it and everything after it
+   * give way to the new version and its streaming reply (they stay on the server, a version
+   * away), and come back if the server refuses.
+   */
+  async edit(conversationId, view, content) {
+    if (this.liveFor(conversationId) || !view.reply.messageId) return;
+    const old = [];
+    for (let node = view.el; node; node = node.nextElementSibling) old.push(node);
+    const userView = new MessageView("user", { text: content, status: "sending", messageId: null });
+    const reply = new MessageView("assistant", new ReplyState({ conversationId }));
+    for (const node of old) node.remove();
+    this.list.append(userView);
+    this.list.append(reply);
+    this.list.scrollToBottom();
+    this.announce("Sent the edited message. The assistant is replying.");
+    const state = await this.run({
+      conversationId,
+      view: reply,
+      userView,
+      request: { kind: "edit", messageId: view.reply.messageId, content },
+      t0: performance.now(),
+      started: (s) => {
+        userView.siblings = withNewVersion(view, s.userMessageId);
+        userView.update();
+      },
+    });
+    if (state?.status === "rejected") this.list.el.append(...old);
+    this.list.updateEmptyState();
   }
 
   /** Retry a failed or truncated reply: resume it, send its words again, or regenerate it. */

@@ -9,7 +9,9 @@
  *   open(request, signal)     async iterable of {type, id, data}; request is
  *                             {kind: "send", conversationId, content, clientRef},
  *                             {kind: "regenerate", messageId} (answer that reply's question
- *                             again, in its place) or {kind: "resume", messageId, after}
+ *                             again, a new version in its place), {kind: "edit", messageId,
+ *                             content} (a new version of the user's message) or
+ *                             {kind: "resume", messageId, after}
  *   cancel(messageId)         asks the server to stop the reply; resolves to {status} or null
  *   reset?()                  drop the underlying connection (e.g. when the browser goes offline)
  * and throws ApiError (with .status) for HTTP errors, RejectedError for a refused send, anything

@@ -1,5 +1,5 @@
 /**
- * The page's SSE transport: POST a message (or a regenerate) and read the reply as
+ * The page's SSE transport: POST a message (or a regenerate, or an edit) and read the reply as
  * text/event-stream with fetch + ReadableStream (EventSource cannot POST or send headers), or
  * resume one with GET /api/messages/{id}/stream and a Last-Event-ID header. Stop aborts the fetch and asks the
  * server to cancel (POST /api/messages/{id}/cancel), so the server stops even if it never sees
@@ -53,6 +53,13 @@ export class SseTransport {
       const headers = { Accept: "text/event-stream" };
       if (request.kind === "send") {
         res = await this.client.fetchRaw(`/api/conversations/${enc(request.conversationId)}/messages`, {
+          method: "POST",
+          json: { content: request.content, ...this.params },
+          headers,
+          signal: inner.signal,
+        });
+      } else if (request.kind === "edit") {
+        res = await this.client.fetchRaw(`/api/messages/${enc(request.messageId)}/edit`, {
           method: "POST",
           json: { content: request.content, ...this.params },
           headers,

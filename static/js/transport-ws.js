@@ -1,6 +1,6 @@
 /**
  * The page's WebSocket transport: one same-origin socket (/ws, authenticated by the session
- * cookie) shared by every reply on the page. Sends {"type":"send"|"regenerate"|"cancel"|"resume"};
+ * cookie) shared by every reply on the page. Sends {"type":"send"|"regenerate"|"edit"|"cancel"|"resume"};
  * receives the same events as SSE as JSON objects {"type","id",...payload}, plus "rejected" and
  * "ping".
  * A closed socket fails every reply reading from it with ConnectionLost; the ReplyStream then
@@ -202,14 +202,15 @@ export class WsTransport {
           signal.addEventListener("abort", stopWaiting, { once: true });
         }),
       ]).finally(() => signal.removeEventListener("abort", stopWaiting));
-      if (request.kind === "send" || request.kind === "regenerate") {
+      if (request.kind === "send" || request.kind === "regenerate" || request.kind === "edit") {
         ref = `c${Date.now().toString(36)}${(refCounter++).toString(36)}`;
         this.pending.push({ ref, channel });
-        ws.send(JSON.stringify(
-          request.kind === "send"
-            ? { type: "send", conversation_id: request.conversationId, content: request.content, client_ref: ref }
-            : { type: "regenerate", message_id: request.messageId, client_ref: ref },
-        ));
+        const frames = {
+          send: () => ({ type: "send", conversation_id: request.conversationId, content: request.content }),
+          regenerate: () => ({ type: "regenerate", message_id: request.messageId }),
+          edit: () => ({ type: "edit", message_id: request.messageId, content: request.content }),
+        };
+        ws.send(JSON.stringify({ ...frames[request.kind](), client_ref: ref }));
       } else {
         messageId = String(request.messageId);
         this.subs.get(messageId)?.fail(new ConnectionLost("Superseded by a new subscription."));

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.chat import conversations, prompts, reply_rows
+from app.domain.chat import branches, conversations, prompts, reply_rows
 from app.domain.chat.models import Conversation
 from app.streaming.events import Status
 from tests.db.chat_rows import Sessions, finish_reply, message_count, reload
@@ -34,8 +34,8 @@ async def test_conversation_history_for_the_prompt(
 async def test_regenerating_the_latest_reply(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    """The prompt is the history up to the question; the old reply is marked replaced and its
-    successor streams; the chat and later prompts see the successor only."""
+    """The prompt is the branch up to the question; the new reply is a version next to the old
+    one and is shown from now on; the chat and later prompts see it, not the old one."""
     _, r1 = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
     await finish_reply(db_sessions, r1.id, "completed", text="answer one")
     q2, r2 = await reply_rows.add_turn(db_sessions, conversation.id, "second", "m")
@@ -49,9 +49,9 @@ async def test_regenerating_the_latest_reply(
         {"role": "assistant", "content": "answer one"},
         {"role": "user", "content": "second"},
     ]
-    new = await reply_rows.replace_reply(db_sessions, r2, "m", engine_request_id="req")
+    new = await branches.add_sibling_reply(db_sessions, r2, "m", engine_request_id="req")
     assert new.status is Status.STREAMING and new.created_at > r2.created_at
-    assert (await reload(db_sessions, r2.id)).replaced_at is not None
+    assert new.parent_id == r2.parent_id == q2.id
     await finish_reply(db_sessions, new.id, "completed", text="answer two, again")
 
     listed = await conversations.list_messages(db_sessions, conversation.user_id, conversation.id)
@@ -61,6 +61,9 @@ async def test_regenerating_the_latest_reply(
         "role": "assistant",
         "content": "answer two, again",
     }
+    # The old version is still there, and can itself be answered again: a third version.
+    r2 = await reload(db_sessions, r2.id)
+    assert (await prompts.regeneration_prompt(db_sessions, r2))[1] == q2.id
 
 
 async def test_only_the_latest_finished_reply_can_be_regenerated(
@@ -72,9 +75,10 @@ async def test_only_the_latest_finished_reply_can_be_regenerated(
     r1 = await reload(db_sessions, r1.id)
     with pytest.raises(reply_rows.NotRegenerableError, match="streaming"):
         await prompts.regeneration_prompt(db_sessions, r2)
+    with pytest.raises(reply_rows.NotRegenerableError, match="streaming"):
+        await branches.add_sibling_reply(db_sessions, r2, "m")
     with pytest.raises(reply_rows.NotRegenerableError, match="latest"):
         await prompts.regeneration_prompt(db_sessions, r1)
     with pytest.raises(reply_rows.NotRegenerableError, match="latest"):
-        await reply_rows.replace_reply(db_sessions, r1, "m")
-    assert (await reload(db_sessions, r1.id)).replaced_at is None
+        await branches.add_sibling_reply(db_sessions, r1, "m")
     assert await message_count(db_sessions, conversation.id) == 4

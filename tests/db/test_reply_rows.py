@@ -325,22 +325,6 @@ async def test_progress_updates_batch_in_one_transaction(
     assert (await reload(db_sessions, finished.id)).content == "final"
 
 
-async def test_concurrent_regenerations_have_one_winner(
-    db_sessions: Sessions, conversation: Conversation
-) -> None:
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "Go", "m")
-    await finish_reply(db_sessions, reply.id, "completed", text="done")
-    reply = await reload(db_sessions, reply.id)
-    results = await asyncio.gather(
-        *(reply_rows.replace_reply(db_sessions, reply, "m") for _ in range(6)),
-        return_exceptions=True,
-    )
-    winners = [r for r in results if isinstance(r, Message)]
-    assert len(winners) == 1, results
-    assert all(isinstance(r, reply_rows.NotRegenerableError) for r in results if r not in winners)
-    assert await message_count(db_sessions, conversation.id) == 3
-
-
 async def test_get_message_unscoped(db_sessions: Sessions, conversation: Conversation) -> None:
     _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
     found = await reply_rows.get_message_unscoped(db_sessions, reply.id)

@@ -2,8 +2,9 @@
 model, on SQLite and PostgreSQL.
 
 Regenerate answers the latest reply's question again: the new reply streams like any other and
-takes the old one's place in the chat and in later prompts, while the old row stays in the
-database (`replaced_at` set) for the admin. "The same prompt" shows as the same prompt token count.
+is shown, and carried in later prompts, from then on; the old one stays as another version of the
+reply (the page's switcher; tests/serving/test_live_branches.py switches between them), and the
+admin sees both. "The same prompt" shows as the same prompt token count.
 (Not the same text, even greedy: the regenerate reuses the cached prompt, and a last token decoded
 alone instead of inside a prefill chunk may round differently.)
 """
@@ -22,7 +23,6 @@ from tests.live_server import (
     query,
     read_stream,
     row_counts,
-    uuid_text,
 )
 
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 7, "max_tokens": 12}
@@ -48,20 +48,18 @@ def ask(client: PageClient, conversation: str, content: str, **params: Any) -> P
     return record
 
 
-def replaced_ids(database_url: str, conversation: str) -> set[str]:
-    rows = query(database_url, "SELECT id, conversation_id, replaced_at FROM messages")
-    return {
-        uuid_text(r["id"])
-        for r in rows
-        if uuid_text(r["conversation_id"]) == conversation and r["replaced_at"] is not None
-    }
+def versions(client: PageClient, conversation: str) -> list[str]:
+    """The ids of the versions of the conversation's last message shown."""
+    return client.conversation(conversation)["messages"][-1]["siblings"]
 
 
-def test_regenerate_replaces_the_latest_reply(alice: PageClient, live_database_url: str) -> None:
+def test_regenerate_adds_a_version_of_the_latest_reply(
+    alice: PageClient, live_database_url: str
+) -> None:
     """The new reply streams (start, deltas, final), answers the same question (same user
-    message id, same prompt tokens), and replaces the old reply in the conversation; the old row
-    is kept, marked replaced. The next turn's prompt leaves the replaced reply out: a long old
-    reply (60 tokens) replaced by a short one (3) would add 60 tokens to it if it were there."""
+    message id, same prompt tokens), and is shown in the old reply's place; the old row is kept,
+    as the other version. The next turn's prompt leaves the version not shown out: a long old
+    reply (60 tokens) followed by a short one (3) would add 60 tokens to it if it were there."""
     conversation = alice.new_conversation()
     first = ask(alice, conversation, STORY, max_tokens=60)  # greedy SmolLM2 runs to the limit
     old_id = first.message_id
@@ -86,17 +84,15 @@ def test_regenerate_replaces_the_latest_reply(alice: PageClient, live_database_u
         ("user", first.start["user_message_id"]),
         ("assistant", again.message_id),
     ]
-    assert replaced_ids(live_database_url, conversation) == {old_id}
+    assert versions(alice, conversation) == [old_id, again.message_id]
     old_row = query(
-        live_database_url,
-        "SELECT content, status FROM messages WHERE replaced_at IS NOT NULL AND content = :c",
-        c=first.text,
+        live_database_url, "SELECT content, status FROM messages WHERE content = :c", c=first.text
     )
-    assert old_row, "the replaced reply's row (and text) is gone"
-    # The admin still sees both replies, the old one marked replaced.
+    assert old_row, "the old version's row (and text) is gone"
+    # The admin sees both versions, the one the user sees marked.
     page = alice.http.get(f"/admin/conversations/{conversation}").text
-    assert f'data-message-id="{old_id}" data-replaced="true"' in page
-    assert f'data-message-id="{again.message_id}">' in page
+    assert f'data-message-id="{old_id}" data-shown="false"' in page
+    assert f'data-message-id="{again.message_id}" data-shown="true"' in page
 
     # The next turn is built on the new (3-token) reply only: its prompt grows by that reply,
     # the question and the template's markers, far less than the 60 tokens of the replaced one.
@@ -112,27 +108,32 @@ def test_regenerate_replaces_the_latest_reply(alice: PageClient, live_database_u
         second_again.end.json()["usage"]["prompt_tokens"]
         == second.end.json()["usage"]["prompt_tokens"]  # type: ignore[union-attr]
     )
-    assert replaced_ids(live_database_url, conversation) == {old_id, second.message_id}
+    assert versions(alice, conversation) == [second.message_id, second_again.message_id]
 
 
 def test_regenerate_refusals_write_nothing(
     alice: PageClient, bob: PageClient, live_database_url: str
 ) -> None:
     """Every reply that cannot be regenerated gets a clear 4xx and changes nothing: an earlier
-    reply (409), an already replaced one (409), one still streaming (409), another user's (404),
-    a user message (404), an unknown id (404), out-of-range sampling params (400)."""
+    reply (409), one still streaming (409), another user's (404), a user message (404), an
+    unknown id (404), out-of-range sampling params (400). (An old version of the latest reply
+    has nothing after it either: regenerating it adds a third version.)"""
     conversation = alice.new_conversation()
     first = ask(alice, conversation, "Say hello.")
     second = ask(alice, conversation, "Say goodbye.")
 
+    def shown() -> list[tuple[str, list[str]]]:
+        """The branch shown: its messages and their versions (a streaming reply's text grows)."""
+        return [(m["id"], m["siblings"]) for m in alice.conversation(conversation)["messages"]]
+
     def refused(client: PageClient, message_id: str, status: int, **params: Any) -> str:
         before = row_counts(live_database_url)
-        replaced_before = replaced_ids(live_database_url, conversation)
+        shown_before = shown()
         with regenerate(client, message_id, **params) as response:
             body = response.read()
         assert response.status_code == status, (response.status_code, body)
         assert row_counts(live_database_url) == before
-        assert replaced_ids(live_database_url, conversation) == replaced_before
+        assert shown() == shown_before
         return response.json()["detail"]
 
     assert "latest" in refused(alice, first.message_id, 409)
@@ -144,7 +145,14 @@ def test_regenerate_refusals_write_nothing(
     with regenerate(alice, second.message_id, **GREEDY) as response:
         assert response.status_code == 200
         third = read_stream(response)
-    assert "already" in refused(alice, second.message_id, 409)
+    with regenerate(alice, second.message_id, **GREEDY) as response:  # the old version, again
+        assert response.status_code == 200
+        fourth = read_stream(response)
+    assert versions(alice, conversation) == [
+        second.message_id,
+        third.message_id,
+        fourth.message_id,
+    ]
 
     # While a reply streams it cannot be regenerated (stop it first).
     with alice.send(conversation, STORY, temperature=0, max_tokens=400) as response:

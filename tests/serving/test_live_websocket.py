@@ -139,8 +139,9 @@ def test_regenerate_streams_a_new_reply_in_the_old_ones_place(
 ) -> None:
     """`regenerate` answers the latest reply's question again on the socket: a `start` echoing
     the client_ref, for a new message answering the same user message, then deltas and a final;
-    the conversation then holds the new reply instead of the old. An earlier reply is refused
-    with a `rejected` frame (409, the client_ref echoed), and nothing changes."""
+    the conversation then shows the new reply where the old was (the old one is its other
+    version). An earlier reply (one with a turn after it) is refused with a `rejected` frame
+    (409, the client_ref echoed), and nothing changes."""
     conversation = alice.new_conversation()
     with open_socket(server, alice) as ws:
         send_json(ws, {"type": "send", "conversation_id": conversation,
@@ -155,19 +156,25 @@ def test_regenerate_streams_a_new_reply_in_the_old_ones_place(
         assert again.end is not None and again.end["status"] == "completed"
         assert_offsets(again)
 
-        send_json(ws, {"type": "regenerate", "message_id": first.start["message_id"],
+        send_json(ws, {"type": "send", "conversation_id": conversation,
+                       "content": "[[synthetic:tokens=5]] More", "max_tokens": 50})  # fmt: skip
+        later = WsReply().read(ws)
+        send_json(ws, {"type": "regenerate", "message_id": again.start["message_id"],
                        "client_ref": "stale"})  # fmt: skip
         rejected = receive(ws)
         while rejected["type"] == "ping":
             rejected = receive(ws)
     assert rejected["type"] == "rejected" and rejected["client_ref"] == "stale"
-    assert rejected["status"] == 409 and "already" in rejected["error"]
+    assert rejected["status"] == 409 and "latest" in rejected["error"]
     messages = alice.conversation(conversation)["messages"]
     assert [m["id"] for m in messages] == [
         first.start["user_message_id"],
         again.start["message_id"],
+        later.start["user_message_id"],
+        later.start["message_id"],
     ]
     assert messages[1]["content"] == again.text
+    assert messages[1]["siblings"] == [first.start["message_id"], again.start["message_id"]]
 
 
 def test_cancel_mid_stream_lands(server: LiveServer, alice: PageClient) -> None:

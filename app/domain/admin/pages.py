@@ -14,7 +14,8 @@ from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
 from app.domain.admin.charts import histogram_svg, states_over_time_svg
-from app.domain.admin.views import kill_reply, live_generations, message_row
+from app.domain.admin.tree_view import conversation_tree
+from app.domain.admin.views import kill_reply, live_generations
 from app.domain.chat.replies import ReplyService
 from app.domain.json_input import text_problem
 from app.engine import Engine
@@ -137,7 +138,7 @@ class AdminPages(Controller):
                     "created_at": conversation.created_at,
                     "updated_at": conversation.updated_at,
                 },
-                messages=[message_row(m) for m in messages],
+                tree=conversation_tree(conversation, messages),
             ),
         )
 

@@ -42,7 +42,6 @@ def message_row(m: Message) -> dict[str, Any]:
         "queued_at": m.queued_at,
         "first_token_at": m.first_token_at,
         "finished_at": m.finished_at,
-        "replaced_at": m.replaced_at,
         "client_ttft_ms": m.client_ttft_ms,
         "replica_id": m.replica_id,
         "stream_health_warning": stream_health_warning(m),

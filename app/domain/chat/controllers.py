@@ -30,7 +30,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_40
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
-from app.domain.chat import conversations, reply_rows
+from app.domain.chat import branches, conversations, reply_rows
 from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService
 from app.domain.chat.schemas import (
     CancelReply,
@@ -42,6 +42,7 @@ from app.domain.chat.schemas import (
     ReplyOptions,
     ResumeReply,
     SendMessage,
+    ShowBranch,
     StopResult,
 )
 from app.domain.sse import sse_response
@@ -125,11 +126,17 @@ class ConversationController(Controller):
     async def read(
         self, sessions: Sessions, user: User, conversation_id: UUID
     ) -> ConversationWithMessages:
-        conversation = await conversations.get_conversation(sessions, user.id, conversation_id)
-        messages = await conversations.list_messages(sessions, user.id, conversation_id)
-        if conversation is None or messages is None:
-            raise conversations.ConversationNotFoundError(conversation_id)
-        return ConversationWithMessages.of_rows(conversation, messages)
+        thread = await branches.visible_thread(sessions, user.id, conversation_id)
+        return ConversationWithMessages.of_thread(thread)
+
+    @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
+    async def show_branch(
+        self, sessions: Sessions, user: User, conversation_id: UUID, data: ShowBranch
+    ) -> ConversationWithMessages:
+        """Show another version (the branch through `message_id`, to its newest end): the
+        conversation as it reads now. The next turn follows it."""
+        thread = await branches.switch_branch(sessions, user.id, conversation_id, data.message_id)
+        return ConversationWithMessages.of_thread(thread)
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
@@ -189,10 +196,24 @@ class MessageController(Controller):
         message_id: UUID,
         data: ReplyOptions | None = None,
     ) -> Stream:
-        """Answer the latest reply's question again; the new reply, as server-sent events, takes
-        the old one's place (409 for any other reply, or one still streaming)."""
+        """Answer the latest reply's question again; the new reply, as server-sent events, is a
+        new version next to the old one (409 for a reply with turns after it, or one still
+        streaming)."""
         options = data or ReplyOptions()
         return event_stream(await replies.regenerate(user.id, message_id, options, transport="sse"))
+
+    @post(
+        "/{message_id:uuid}/edit",
+        status_code=200,
+        responses=EVENT_STREAM_RESPONSE,
+        raises=[*START_REPLY, ConflictError],
+    )
+    async def edit(
+        self, replies: ReplyService, user: User, message_id: UUID, data: SendMessage
+    ) -> Stream:
+        """Send a new version of one of your messages; its reply streams back as server-sent
+        events. The old version and its replies stay, one switch away."""
+        return event_stream(await replies.edit(user.id, message_id, data, transport="sse"))
 
     @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
     async def cancel(self, replies: ReplyService, user: User, message_id: UUID) -> StopResult:

@@ -15,6 +15,7 @@ from sqlalchemy import Select, delete, select, update
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.models import Conversation, ConversationSource, Message
+from app.domain.chat.tree import Tree
 
 TITLE_MAX_CHARS = 200
 DEFAULT_TITLE = "New chat"
@@ -114,20 +115,17 @@ async def get_message(sessions: Sessions, user_id: UUID, message_id: UUID) -> Me
 async def list_messages(
     sessions: Sessions, user_id: UUID, conversation_id: UUID
 ) -> list[Message] | None:
-    """The conversation's messages in order (regenerated replies left out), or None when it is not
-    the user's (or not there)."""
+    """The conversation's messages on the branch it shows, oldest first (the other versions left
+    out: app/domain/chat/branches.py), or None when it is not the user's (or not there)."""
     async with transaction(sessions) as session:
-        owned = await session.scalar(
-            select(Conversation.id).where(
+        conversation = await session.scalar(
+            select(Conversation).where(
                 Conversation.id == conversation_id, Conversation.user_id == user_id
             )
         )
-        if owned is None:
+        if conversation is None:
             return None
-        return list(
-            await session.scalars(
-                select(Message)
-                .where(Message.conversation_id == conversation_id, Message.replaced_at.is_(None))
-                .order_by(Message.created_at)
-            )
+        rows = await session.scalars(
+            select(Message).where(Message.conversation_id == conversation_id)
         )
+        return Tree(rows).shown(conversation.current_leaf_id)

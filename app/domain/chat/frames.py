@@ -32,6 +32,13 @@ class RegenerateFrame(
     client_ref: str | None = None
 
 
+class EditFrame(
+    SendMessage, tag_field="type", tag="edit", kw_only=True, forbid_unknown_fields=True
+):
+    message_id: UUID  # the user's message this is a new version of
+    client_ref: str | None = None
+
+
 class CancelFrame(CancelReply, tag_field="type", tag="cancel", forbid_unknown_fields=True):
     client_ref: str | None = None
 
@@ -40,8 +47,8 @@ class ResumeFrame(ResumeReply, tag_field="type", tag="resume", forbid_unknown_fi
     client_ref: str | None = None
 
 
-ClientFrame = SendFrame | RegenerateFrame | CancelFrame | ResumeFrame
-FRAME_TYPES = ("send", "cancel", "resume", "regenerate")
+ClientFrame = SendFrame | RegenerateFrame | CancelFrame | ResumeFrame | EditFrame
+FRAME_TYPES = ("send", "cancel", "resume", "regenerate", "edit")
 
 _decoder = msgspec.json.Decoder(ClientFrame)
 

@@ -57,6 +57,10 @@ class Conversation(UUIDPrimaryKey, CreatedAt, Base):
         _str_enum(ConversationSource, "conversation_source"), default=ConversationSource.PAGE
     )
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, sort_order=101)
+    # The end of the branch shown last (app/domain/chat/branches.py): the visible thread is the
+    # path from the root to it. No foreign key: one back to `messages` would make the two tables a
+    # cycle that SQLite cannot build; messages are only ever deleted with their conversation.
+    current_leaf_id: Mapped[UUID | None] = mapped_column(default=None)
 
     # Loaded only when asked for (selectinload); a lazy load in async code would raise anyway.
     messages: Mapped[list[Message]] = relationship(
@@ -103,9 +107,11 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
     cancel_token_index: Mapped[int | None] = mapped_column(default=None)  # where Stop landed
     tokens_after_cancel: Mapped[int | None] = mapped_column(default=None)  # engine overrun
     client_ttft_ms: Mapped[float | None] = mapped_column(default=None)  # as the browser saw it
-    # Set when the user regenerated this reply: kept for the admin's record, left out of the
-    # chat and of every later prompt.
-    replaced_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The message this one follows (a reply: its question; a question: the reply before it; the
+    # first question: none). Siblings share a parent: edited questions, regenerated replies.
+    parent_id: Mapped[UUID | None] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), default=None, index=True
+    )
 
     conversation: Mapped[Conversation] = relationship(back_populates="messages", lazy="raise")
 

@@ -1,46 +1,53 @@
-"""What the model is shown: a conversation's history as chat messages, for a new turn or to answer
-a reply's question again."""
+"""What the model is shown: the branch of the conversation on screen as chat messages, for a new
+turn, to answer a reply's question again, or to answer an edited question."""
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, select
-
 from app.db.session import Sessions, transaction
+from app.domain.chat.branches import NotEditableError, load_tree
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
-from app.domain.chat.reply_rows import NotRegenerableError, later_message
+from app.domain.chat.reply_rows import NotRegenerableError
+from app.domain.chat.tree import Tree
 from app.streaming.events import Status
 
 
-def _prompt_rows(conversation_id: UUID) -> Select[Any]:
-    """The messages a prompt is built from: not streaming, not replaced by a regeneration."""
-    return (
-        select(Message.role, Message.content)
-        .where(
-            Message.conversation_id == conversation_id,
-            Message.status != Status.STREAMING,
-            Message.replaced_at.is_(None),
-        )
-        .order_by(Message.created_at)
-    )
-
-
-def _as_chat(rows: Any) -> list[dict[str, str]]:
-    """Rows as chat messages; replies that ended with no text at all are left out (a cut-short
-    reply keeps the part the user saw)."""
+def _as_chat(path: list[Message]) -> list[dict[str, str]]:
+    """A branch as chat messages; replies still streaming or that ended with no text at all are
+    left out (a cut-short reply keeps the part the user saw)."""
     return [
-        {"role": str(role), "content": content}
-        for role, content in rows
-        if content or role is not MessageRole.ASSISTANT
+        {"role": str(m.role), "content": m.content}
+        for m in path
+        if m.status is not Status.STREAMING and (m.content or m.role is not MessageRole.ASSISTANT)
     ]
 
 
-async def conversation_history(sessions: Sessions, conversation_id: UUID) -> list[dict[str, str]]:
-    """The conversation as chat messages for the prompt, oldest first."""
+async def _page_tree(sessions: Sessions, message: Message, refusal: Exception) -> Tree:
+    """The tree of `message`'s conversation; raises `refusal` unless it is a page conversation (an
+    API conversation's prompt was the client's own message list, not what is stored)."""
     async with transaction(sessions) as session:
-        return _as_chat(await session.execute(_prompt_rows(conversation_id)))
+        conversation = await session.get(Conversation, message.conversation_id)
+        if conversation is None or conversation.source is not ConversationSource.PAGE:
+            raise refusal
+        return await load_tree(session, message.conversation_id)
+
+
+async def branch_prompt(
+    sessions: Sessions, conversation_id: UUID
+) -> tuple[list[dict[str, str]], UUID | None]:
+    """The branch on screen as chat messages, oldest first, and its last message (the one a new
+    question follows; None for an empty conversation)."""
+    async with transaction(sessions) as session:
+        conversation = await session.get(Conversation, conversation_id)
+        tree = await load_tree(session, conversation_id)
+    path = tree.shown(conversation.current_leaf_id if conversation else None)
+    return _as_chat(path), (path[-1].id if path else None)
+
+
+async def conversation_history(sessions: Sessions, conversation_id: UUID) -> list[dict[str, str]]:
+    """The branch on screen as chat messages for the prompt, oldest first."""
+    return (await branch_prompt(sessions, conversation_id))[0]
 
 
 async def regeneration_prompt(
@@ -48,35 +55,26 @@ async def regeneration_prompt(
 ) -> tuple[list[dict[str, str]], UUID]:
     """The chat messages `reply` answered, to answer them again, and the question's id.
 
-    Only the latest reply of a page conversation, once it has ended, can be regenerated: an
-    earlier one has later turns built on it, and an API conversation's prompt was the client's
-    own message list, not what is stored. Raises NotRegenerableError saying which.
+    A reply of a page conversation can be regenerated once it has ended, if nothing follows it
+    on its branch (a later turn was built on it). Raises NotRegenerableError saying which.
     """
-    async with transaction(sessions) as session:
-        conversation = await session.get(Conversation, reply.conversation_id)
-        if conversation is None or conversation.source is not ConversationSource.PAGE:
-            raise NotRegenerableError("only replies in the chat page can be regenerated")
-        if reply.replaced_at is not None:
-            raise NotRegenerableError("this reply was already regenerated")
-        if not reply.is_final:
-            raise NotRegenerableError("this reply is still streaming: stop it first")
-        if await session.scalar(later_message(reply).limit(1)) is not None:
-            raise NotRegenerableError("only the latest reply can be regenerated")
-        history = _as_chat(
-            await session.execute(
-                _prompt_rows(reply.conversation_id).where(Message.created_at < reply.created_at)
-            )
-        )
-        question_id = await session.scalar(
-            select(Message.id)
-            .where(
-                Message.conversation_id == reply.conversation_id,
-                Message.role == MessageRole.USER,
-                Message.created_at < reply.created_at,
-            )
-            .order_by(Message.created_at.desc())
-            .limit(1)
-        )
-    if question_id is None or not history or history[-1]["role"] != MessageRole.USER:
+    tree = await _page_tree(
+        sessions, reply, NotRegenerableError("only replies in the chat page can be regenerated")
+    )
+    if not reply.is_final:
+        raise NotRegenerableError("this reply is still streaming: stop it first")
+    if not tree.is_leaf(reply):
+        raise NotRegenerableError("only the latest reply can be regenerated")
+    history = _as_chat(tree.path(reply.parent_id))
+    if reply.parent_id is None or not history or history[-1]["role"] != MessageRole.USER:
         raise NotRegenerableError("there is no question before this reply to answer again")
-    return history, question_id
+    return history, reply.parent_id
+
+
+async def edit_prompt(sessions: Sessions, message: Message, content: str) -> list[dict[str, str]]:
+    """The chat messages an edited version of the user's `message` makes: its branch up to it,
+    then `content`. Raises NotEditableError for a message outside the chat page."""
+    tree = await _page_tree(
+        sessions, message, NotEditableError("only messages in the chat page can be edited")
+    )
+    return [*_as_chat(tree.path(message.parent_id)), {"role": "user", "content": content}]

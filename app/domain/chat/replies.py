@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from app.db.session import Sessions
-from app.domain.chat import conversations, prompts, reply_rows
+from app.domain.chat import branches, conversations, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Conversation, Message, MessageRole
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
@@ -55,9 +55,9 @@ class ReplyEvents:
 
 
 class ReplyService:
-    """The one entry to replies for every transport: `send`, `regenerate`, `resume` and `cancel` take
-    the protocol's request structs and raise domain errors only (each transport answers those
-    through the app's one map, app/domain/refusals.py)."""
+    """The one entry to replies for every transport: `send`, `regenerate`, `edit`, `resume` and
+    `cancel` take the protocol's request structs and raise domain errors only (each transport
+    answers those through the app's one map, app/domain/refusals.py)."""
 
     def __init__(
         self,
@@ -129,10 +129,24 @@ class ReplyService:
     async def regenerate(
         self, user_id: UUID, message_id: UUID, options: ReplyOptions, *, transport: str
     ) -> ReplyEvents:
-        """Answer the latest reply's question again; the new reply takes the old one's place."""
+        """Answer the latest reply's question again: a new version of the reply, shown from now on
+        (the old one stays, a version away)."""
         params = self.limits.sampling(options, self.manager.engine.context_size)
         try:
             generation = await self._regenerate(user_id, message_id, params)
+        except conversations.ConversationNotFoundError as exc:  # deleted meanwhile, with it
+            raise NotFoundError(message_id) from exc
+        return self._from_start(generation, transport)
+
+    async def edit(
+        self, user_id: UUID, message_id: UUID, request: SendMessage, *, transport: str
+    ) -> ReplyEvents:
+        """Send a new version of one of the user's questions; its reply streams from its start
+        (the old question and its replies stay, a version away)."""
+        content = self.limits.content(request.content)
+        params = self.limits.sampling(request, self.manager.engine.context_size)
+        try:
+            generation = await self._edit(user_id, message_id, content, params)
         except conversations.ConversationNotFoundError as exc:  # deleted meanwhile, with it
             raise NotFoundError(message_id) from exc
         return self._from_start(generation, transport)
@@ -184,8 +198,9 @@ class ReplyService:
 
         `extra_messages` (the OpenAI API's full message list) replaces the stored history when given.
         """
+        parent_id = None  # the API's turns follow the conversation's end
         if extra_messages is None:
-            history = await prompts.conversation_history(self.sessions, conversation.id)
+            history, parent_id = await prompts.branch_prompt(self.sessions, conversation.id)
             messages = [*history, {"role": "user", "content": content}]
         else:
             messages = extra_messages
@@ -199,6 +214,7 @@ class ReplyService:
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
                 title_if_untitled=content[:80],
+                parent_id=parent_id,
             )
             return reply, str(user_message.id), str(conversation.source)
 
@@ -207,7 +223,7 @@ class ReplyService:
     async def _regenerate(
         self, user_id: UUID, message_id: UUID, params: SamplingParams
     ) -> Generation:
-        """Answer a reply's question again; the new reply takes the old one's place.
+        """Answer a reply's question again; the new reply is a new version next to the old one.
 
         Same order as `start`: the engine accepts the prompt before any row changes. Raises
         NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or EngineError before
@@ -219,7 +235,7 @@ class ReplyService:
         messages, question_id = await prompts.regeneration_prompt(self.sessions, old)
 
         async def write(request_id: str) -> tuple[Message, str, str]:
-            reply = await reply_rows.replace_reply(
+            reply = await branches.add_sibling_reply(
                 self.sessions,
                 old,
                 self.model_name,
@@ -227,6 +243,29 @@ class ReplyService:
                 replica_id=self.replica_id,
             )
             return reply, str(question_id), "page"
+
+        return await self._launch(user_id, messages, params, write)
+
+    async def _edit(
+        self, user_id: UUID, message_id: UUID, content: str, params: SamplingParams
+    ) -> Generation:
+        """The edited question and its reply, in `start`'s order. Raises NotFoundError,
+        branches.NotEditableError, TooManyRepliesError or EngineError before writing anything."""
+        edited = await conversations.get_message(self.sessions, user_id, message_id)
+        if edited is None or edited.role is not MessageRole.USER:
+            raise NotFoundError(message_id)
+        messages = await prompts.edit_prompt(self.sessions, edited, content)
+
+        async def write(request_id: str) -> tuple[Message, str, str]:
+            question, reply = await branches.add_edited_turn(
+                self.sessions,
+                edited,
+                content,
+                self.model_name,
+                engine_request_id=request_id,
+                replica_id=self.replica_id,
+            )
+            return reply, str(question.id), "page"
 
         return await self._launch(user_id, messages, params, write)
 

@@ -5,9 +5,8 @@ atomically; the recorder (app/domain/chat/recorder.py) flushes the partial text 
 `progress_update` and writes the end with `final_update`. Final states are never overwritten (the
 updates are conditional on `status = 'streaming'`), so a late or duplicate finish, or a flush
 racing the finish, cannot corrupt a reply. At startup, `mark_interrupted_at_startup` closes what a
-dead server left streaming. Regenerate is `regeneration_prompt` (app/domain/chat/prompts.py) then
-`replace_reply`, which sets the old reply's `replaced_at` and adds the new `streaming` one in one
-transaction.
+dead server left streaming. Regenerate and edit add versions next to the old ones
+(app/domain/chat/branches.py).
 
 The row keeps the streaming core's `Outcome` field for field: `outcome_columns` writes it and
 `stored_outcome` reads it back, and they are the only places that spell its fields for the
@@ -23,9 +22,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from math import isfinite
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
-from sqlalchemy import Select, case, select, update
+from sqlalchemy import case, select, update
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
@@ -127,7 +126,7 @@ def final_update(outcome: Outcome) -> Any:
     return _update_streaming(UUID(outcome.message_id)).values(**outcome_columns(outcome))
 
 
-def _new_reply(
+def new_reply(
     conversation_id: UUID,
     model: str | None,
     engine_request_id: str | None,
@@ -157,8 +156,12 @@ async def add_turn(
     engine_request_id: str | None = None,
     replica_id: str | None = None,
     title_if_untitled: str | None = None,
+    parent_id: UUID | None = None,
 ) -> tuple[Message, Message]:
     """Store the user's message and the (empty, `streaming`) assistant reply in one transaction.
+
+    The question follows `parent_id` (the end of the branch its prompt was built on) or, when
+    None, the conversation's current leaf; the reply becomes the new current leaf.
 
     The reply is stamped one microsecond after the question so that ordering by `created_at` is
     total even on a coarse clock. Raises `ConversationNotFoundError`; ownership is the caller's
@@ -186,74 +189,31 @@ async def add_turn(
         )
         if touched.rowcount == 0:
             raise ConversationNotFoundError(conversation_id)
+        if parent_id is None:
+            parent_id = await session.scalar(
+                select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
+            )
         user_message = Message(
+            id=uuid4(),
+            parent_id=parent_id,
             conversation_id=conversation_id,
             role=MessageRole.USER,
             content=user_content,
             status=Status.COMPLETED,
             created_at=now,
         )
-        assistant_message = _new_reply(
+        assistant_message = new_reply(
             conversation_id, model, engine_request_id, replica_id, now + timedelta(microseconds=1)
         )
+        assistant_message.id, assistant_message.parent_id = uuid4(), user_message.id
         session.add_all([user_message, assistant_message])
-    return user_message, assistant_message
-
-
-def later_message(reply: Message) -> Select[Any]:
-    """Any message of the conversation after `reply` that is still part of the chat."""
-    return select(Message.id).where(
-        Message.conversation_id == reply.conversation_id,
-        Message.created_at > reply.created_at,
-        Message.replaced_at.is_(None),
-    )
-
-
-async def replace_reply(
-    sessions: Sessions,
-    reply: Message,
-    model: str | None,
-    *,
-    engine_request_id: str | None = None,
-    replica_id: str | None = None,
-) -> Message:
-    """Mark `reply` replaced and add its `streaming` successor, in one transaction.
-
-    The conditional UPDATE makes two regenerations of the same reply race safely: the second
-    finds it already replaced (or a newer turn in the way) and raises NotRegenerableError.
-
-    It starts by updating the conversation, as `add_turn` does, and for the same reason: a racing
-    DELETE locks the conversation, then (cascading) its messages; taking the reply's lock first
-    and the conversation's second (the successor's foreign key) deadlocked with it on PostgreSQL.
-    Now the DELETE waits for this transaction or wins outright (ConversationNotFoundError).
-    """
-    now = utcnow()
-    async with transaction(sessions) as session:
-        touched = await session.execute(
+        await session.execute(
             update(Conversation)
-            .where(Conversation.id == reply.conversation_id)
-            .values(updated_at=now)
+            .where(Conversation.id == conversation_id)
+            .values(current_leaf_id=assistant_message.id)
             .execution_options(synchronize_session=False)
         )
-        if touched.rowcount == 0:
-            raise ConversationNotFoundError(reply.conversation_id)
-        if await session.scalar(later_message(reply).limit(1)) is not None:
-            raise NotRegenerableError("only the latest reply can be regenerated")
-        replaced = await session.execute(
-            update(Message)
-            .where(
-                Message.id == reply.id,
-                Message.replaced_at.is_(None),
-                Message.status != Status.STREAMING,
-            )
-            .values(replaced_at=now)
-            .execution_options(synchronize_session=False)
-        )
-        if replaced.rowcount != 1:
-            raise NotRegenerableError("this reply was already regenerated")
-        successor = _new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
-        session.add(successor)
-    return successor
+    return user_message, assistant_message
 
 
 async def mark_interrupted_at_startup(sessions: Sessions, replica_id: str | None = None) -> int:

@@ -15,6 +15,7 @@ from uuid import UUID
 
 import msgspec
 
+from app.domain.chat.branches import Thread
 from app.domain.chat.models import Conversation, Message
 
 # -- requests --------------------------------------------------------------------------------------
@@ -48,6 +49,12 @@ class ResumeReply(msgspec.Struct, forbid_unknown_fields=True):
 
     message_id: UUID
     after: int = 0
+
+
+class ShowBranch(msgspec.Struct, forbid_unknown_fields=True):
+    """Show the branch through this message (one of the versions the switcher offers)."""
+
+    message_id: UUID
 
 
 class CancelReply(msgspec.Struct, forbid_unknown_fields=True):
@@ -103,7 +110,7 @@ class MessageResponse(msgspec.Struct):
     gap_p99_ms: float | None
     cancel_token_index: int | None
     tokens_after_cancel: int | None
-    replaced_at: str | None
+    parent_id: str | None  # the message this one follows (app/domain/chat/tree.py)
 
     @classmethod
     def of(cls, m: Message) -> MessageResponse:
@@ -125,17 +132,30 @@ class MessageResponse(msgspec.Struct):
             gap_p99_ms=m.gap_p99_ms,
             cancel_token_index=m.cancel_token_index,
             tokens_after_cancel=m.tokens_after_cancel,
-            replaced_at=_iso(m.replaced_at),
+            parent_id=str(m.parent_id) if m.parent_id else None,
         )
 
 
+class ThreadMessageResponse(MessageResponse):
+    """A message of the branch shown, with the ids of its versions (itself included, oldest
+    first): the page's "2/3" switcher."""
+
+    siblings: list[str]
+
+
 class ConversationWithMessages(ConversationResponse):
-    messages: list[MessageResponse]
+    messages: list[ThreadMessageResponse]  # the branch shown, oldest first
 
     @classmethod
-    def of_rows(cls, c: Conversation, messages: list[Message]) -> ConversationWithMessages:
-        fields = msgspec.structs.asdict(ConversationResponse.of(c))
-        return cls(**fields, messages=[MessageResponse.of(m) for m in messages])
+    def of_thread(cls, thread: Thread) -> ConversationWithMessages:
+        fields = msgspec.structs.asdict(ConversationResponse.of(thread.conversation))
+        messages = [
+            ThreadMessageResponse(
+                **msgspec.structs.asdict(MessageResponse.of(m)), siblings=thread.sibling_ids(m)
+            )
+            for m in thread.messages
+        ]
+        return cls(**fields, messages=messages)
 
 
 class StopResult(msgspec.Struct):

@@ -1,7 +1,7 @@
 """The page's WebSocket (`/ws`): the same reply events as the SSE stream, as JSON, both ways.
 
-The client sends `send`, `cancel`, `resume` and `regenerate`; the server sends `start`, `delta`,
-`final`/`error` (the same payloads as the SSE events, with `type` and `id`), `ping` when idle, and
+The client sends `send`, `cancel`, `resume`, `regenerate` and `edit`; the server sends `start`,
+`delta`, `final`/`error` (the same payloads as the SSE events, with `type` and `id`), `ping` when idle, and
 `rejected` for a request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
 so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
 be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
@@ -31,6 +31,7 @@ from app.domain.chat.frames import (
     BadFrameError,
     CancelFrame,
     ClientFrame,
+    EditFrame,
     RegenerateFrame,
     ResumeFrame,
     SendFrame,
@@ -81,6 +82,7 @@ class ChatSocket:
             RegenerateFrame: self.on_regenerate,
             CancelFrame: self.on_cancel,
             ResumeFrame: self.on_resume,
+            EditFrame: self.on_edit,
         }
 
     async def send(self, payload: dict[str, Any]) -> None:
@@ -121,6 +123,10 @@ class ChatSocket:
 
     async def on_regenerate(self, frame: RegenerateFrame) -> None:
         reply = await self.replies.regenerate(self.user.id, frame.message_id, frame, transport="ws")
+        self.stream(reply, frame.client_ref)
+
+    async def on_edit(self, frame: EditFrame) -> None:
+        reply = await self.replies.edit(self.user.id, frame.message_id, frame, transport="ws")
         self.stream(reply, frame.client_ref)
 
     async def on_cancel(self, frame: CancelFrame) -> None:

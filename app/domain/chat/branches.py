@@ -1,0 +1,165 @@
+"""Edit and branch: the rows behind a conversation's versions (the tree itself: tree.py).
+
+Regenerate adds a sibling reply (same question); edit adds a sibling question (same parent as the
+edited one) with its streaming reply. Either way the new reply becomes the conversation's current
+leaf, and the old versions stay, one click away (the page's "2/3" switcher). Switching moves the
+current leaf to the newest end of the chosen version's branch; the next turn follows the branch
+shown.
+
+The writes start, like `add_turn`, with a conditional UPDATE of the conversation (which also moves
+its leaf), never a read, so a racing DELETE either waits for them or wins outright
+(ConversationNotFoundError); see app/domain/chat/reply_rows.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID, uuid4
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.base import utcnow
+from app.db.session import Sessions, transaction
+from app.domain.chat.conversations import ConversationNotFoundError
+from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.chat.reply_rows import NotRegenerableError, new_reply
+from app.domain.chat.tree import Tree
+from app.streaming.events import Status
+
+
+class NotEditableError(Exception):
+    """This message cannot be edited (the message says why, for the user)."""
+
+
+class UnknownBranchError(LookupError):
+    """The message to switch to is not one of this conversation's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """A conversation as its owner sees it: the messages of the branch shown, and every tree."""
+
+    conversation: Conversation
+    tree: Tree
+    messages: list[Message]
+
+    def sibling_ids(self, message: Message) -> list[str]:
+        return [str(m.id) for m in self.tree.siblings(message)]
+
+
+async def load_tree(session: AsyncSession, conversation_id: UUID) -> Tree:
+    return Tree(
+        await session.scalars(select(Message).where(Message.conversation_id == conversation_id))
+    )
+
+
+async def _owned(session: AsyncSession, user_id: UUID, conversation_id: UUID) -> Conversation:
+    conversation = await session.scalar(
+        select(Conversation).where(
+            Conversation.id == conversation_id, Conversation.user_id == user_id
+        )
+    )
+    if conversation is None:
+        raise ConversationNotFoundError(conversation_id)
+    return conversation
+
+
+async def visible_thread(sessions: Sessions, user_id: UUID, conversation_id: UUID) -> Thread:
+    """The user's conversation with the branch it shows. Raises ConversationNotFoundError."""
+    async with transaction(sessions) as session:
+        conversation = await _owned(session, user_id, conversation_id)
+        tree = await load_tree(session, conversation_id)
+    return Thread(conversation, tree, tree.shown(conversation.current_leaf_id))
+
+
+async def switch_branch(
+    sessions: Sessions, user_id: UUID, conversation_id: UUID, message_id: UUID
+) -> Thread:
+    """Show the branch through `message_id` (to its newest end); the next turn follows it.
+    Raises ConversationNotFoundError or UnknownBranchError. The conversation's `updated_at` stays:
+    looking at another version is not activity."""
+    async with transaction(sessions) as session:
+        conversation = await _owned(session, user_id, conversation_id)
+        tree = await load_tree(session, conversation_id)
+        if message_id not in tree.by_id:
+            raise UnknownBranchError(message_id)
+        conversation.current_leaf_id = tree.latest_leaf(message_id)
+    return Thread(conversation, tree, tree.shown(conversation.current_leaf_id))
+
+
+async def _take_conversation(
+    session: AsyncSession, conversation_id: UUID, leaf: UUID, now: datetime
+) -> None:
+    """Lock the conversation, bump it and make `leaf` its current end (see the module's doc)."""
+    touched = await session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id)
+        .values(updated_at=now, current_leaf_id=leaf)
+        .execution_options(synchronize_session=False)
+    )
+    if touched.rowcount == 0:
+        raise ConversationNotFoundError(conversation_id)
+
+
+async def add_sibling_reply(
+    sessions: Sessions,
+    reply: Message,
+    model: str | None,
+    *,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+) -> Message:
+    """A new `streaming` answer to `reply`'s question, next to it, shown from now on.
+
+    Checked again inside the transaction: the reply must have ended and have nothing after it
+    (NotRegenerableError). Two regenerations of one reply at once make two versions."""
+    now = utcnow()
+    successor = new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
+    successor.id, successor.parent_id = uuid4(), reply.parent_id
+    async with transaction(sessions) as session:
+        await _take_conversation(session, reply.conversation_id, successor.id, now)
+        if await session.scalar(select(Message.id).where(Message.parent_id == reply.id).limit(1)):
+            raise NotRegenerableError("only the latest reply can be regenerated")
+        if await session.scalar(select(Message.status).where(Message.id == reply.id)) in (
+            None,
+            Status.STREAMING,
+        ):
+            raise NotRegenerableError("this reply is still streaming: stop it first")
+        session.add(successor)
+    return successor
+
+
+async def add_edited_turn(
+    sessions: Sessions,
+    edited: Message,
+    content: str,
+    model: str | None,
+    *,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+) -> tuple[Message, Message]:
+    """The edited question, next to `edited`, and its `streaming` reply, shown from now on."""
+    now = utcnow()
+    question = Message(
+        id=uuid4(),
+        conversation_id=edited.conversation_id,
+        parent_id=edited.parent_id,
+        role=MessageRole.USER,
+        content=content,
+        status=Status.COMPLETED,
+        created_at=now,
+    )
+    reply = new_reply(
+        edited.conversation_id,
+        model,
+        engine_request_id,
+        replica_id,
+        now + timedelta(microseconds=1),  # after its question, as in add_turn
+    )
+    reply.id, reply.parent_id = uuid4(), question.id
+    async with transaction(sessions) as session:
+        await _take_conversation(session, edited.conversation_id, reply.id, now)
+        session.add_all([question, reply])
+    return question, reply
