@@ -107,7 +107,7 @@ export class MessageView {
       return;
     }
     const t0 = performance.now();
-    const blocks = parseMarkdown(this.reply.text).children;
+    const blocks = parseMarkdown(this.reply.text, { final: this.reply.status !== "streaming" }).children;
     const keys = blocks.map((b) => JSON.stringify(b));
     const old = this.blockKeys || [];
     const nodes = this.blockNodes || [];
