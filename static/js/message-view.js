@@ -157,8 +157,9 @@ export class MessageView {
     if (this.transport) this.el.dataset.transport = this.transport;
     if (this.role === "user") return;
 
-    this.textEl.setAttribute("aria-live", "polite");
-    this.textEl.setAttribute("aria-busy", streaming ? "true" : "false");
+    // Not a live region (read token by token, a reply would drown everything else out): the page's
+    // status line says when it starts and reads it once it has ended (see spokenText).
+    this.el.setAttribute("aria-busy", streaming ? "true" : "false");
     if (streaming && !r.text) this.textEl.classList.add("waiting");
     else this.textEl.classList.remove("waiting");
 
@@ -247,6 +248,12 @@ export class MessageView {
     if (this.stream?.reconnects) add("Reconnects", this.stream.reconnects);
     if (!rows.length) rows.push(h("dt", {}, "Details"), h("dd", {}, "not available"));
     return h("dl", { class: "msg-details", id: this.detailsId, "data-testid": "message-details" }, rows);
+  }
+
+  /** What a screen reader hears when the reply has ended: its end state, then its text, once. */
+  spokenText() {
+    const label = BADGES[this.reply.status]?.[0];
+    return [label ? `Reply ${label}.` : "Reply finished.", this.textEl.textContent.trim()].filter(Boolean).join(" ");
   }
 
   /** Tell the message list what happened here (the list and the page listen; see the header). */

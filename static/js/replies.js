@@ -6,7 +6,7 @@
  */
 
 import { api, enc } from "./api.js";
-import { MessageView, BADGES } from "./message-view.js";
+import { MessageView } from "./message-view.js";
 import { FINAL_STATUSES, ReplyState } from "./reply.js";
 import { ReplyStream } from "./stream.js";
 
@@ -107,8 +107,7 @@ export class Replies {
             // Fire and forget: the page's TTFT, next to the engine's, shows a buffering proxy.
             api.post(`/api/messages/${enc(s.messageId)}/client-metrics`, { ttft_ms: Math.round(ttft) }).catch(() => {});
           }
-          const label = BADGES[s.status]?.[0];
-          announce(label ? `Reply ${label}.` : "Reply finished.");
+          announce(view.spokenText());
         },
       },
     });
