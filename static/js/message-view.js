@@ -253,7 +253,7 @@ export class MessageView {
   /** What a screen reader hears when the reply has ended: its end state, then its text, once. */
   spokenText() {
     const label = BADGES[this.reply.status]?.[0];
-    return [label ? `Reply ${label}.` : "Reply finished.", this.textEl.textContent.trim()].filter(Boolean).join(" ");
+    return [label ? `Reply ${label}.` : "Reply finished.", this.textEl.innerText.trim()].filter(Boolean).join(" ");
   }
 
   /** Tell the message list what happened here (the list and the page listen; see the header). */
