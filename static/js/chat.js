@@ -114,8 +114,15 @@ const account = new AccountDialog({
   announce,
 });
 
-messages.el.addEventListener("message-retry", (e) => replies.retry(conversations.currentId, e.detail.view));
-messages.el.addEventListener("message-regenerate", (e) => replies.regenerate(conversations.currentId, e.detail.view));
+// Both replace the reply whose button was pressed: the focus goes to the composer, not to <body>.
+messages.el.addEventListener("message-retry", (e) => {
+  replies.retry(conversations.currentId, e.detail.view);
+  composer.focus();
+});
+messages.el.addEventListener("message-regenerate", (e) => {
+  replies.regenerate(conversations.currentId, e.detail.view);
+  composer.focus();
+});
 messages.el.addEventListener("message-edit", (e) => editMessage(e.detail.view, e.detail.content));
 messages.el.addEventListener("message-branch", (e) => showBranch(e.detail.messageId, e.detail.which));
 

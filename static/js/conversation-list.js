@@ -88,8 +88,12 @@ export class ConversationList {
       if (this.isLive(c.id)) item.classList.add("is-streaming");
       return item;
     });
+    // Keyboard users keep their place: the control that had focus is focused again in the new list.
+    const had = this.list.contains(document.activeElement) && document.activeElement;
+    const again = had && [had.closest("[data-conversation-id]")?.dataset.conversationId, had.dataset.testid];
     this.list.replaceChildren(...items);
     this.empty.hidden = this.items.length > 0;
+    if (again) this.list.querySelector(`[data-conversation-id="${CSS.escape(again[0] || "")}"] [data-testid="${again[1]}"]`)?.focus();
   }
 
   /** The dot on each conversation whose reply is streaming. */

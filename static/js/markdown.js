@@ -12,14 +12,21 @@
  *   words) and open with rel="noopener noreferrer nofollow". Images are never loaded (rendered as
  *   links). Single newlines are line breaks, as in chat; an unclosed code fence runs to the end,
  *   which suits streaming.
+ * Fenced code in a language highlight.js knows is highlighted (highlight.js: its token tree as
+ * `span.hljs-*` nodes, never its HTML) once the block is closed: its closing fence has arrived, or
+ * the reply has ended (`final`). A fence still growing stays plain text, so streaming stays cheap.
  */
 
+import { highlightCode } from "./highlight.js";
 import markdownit from "./vendor/markdown-it.js";
 
 export const ALLOWED_TAGS = new Set([
   "p", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "code", "em", "strong", "del", "a", "ul", "ol",
-  "li", "blockquote", "hr", "br", "table", "thead", "tbody", "tr", "th", "td",
+  "li", "blockquote", "hr", "br", "table", "thead", "tbody", "tr", "th", "td", "span",
 ]);
+
+/** A highlighted token's class; spans are built only inside <code> (see build). */
+export const HIGHLIGHT_CLASS = /^hljs-[a-z]+(?:-[a-z]+)*$/;
 
 const LINK_REL = "noopener noreferrer nofollow";
 const LANG_RE = /^[A-Za-z0-9_+#.-]{1,32}$/;
@@ -56,6 +63,8 @@ function isAttrAllowed(tag, name, value) {
     case "th":
     case "td":
       return name === "class" && /^align-(left|center|right)$/.test(value);
+    case "span":
+      return name === "class" && HIGHLIGHT_CLASS.test(value);
     default:
       return false;
   }
@@ -66,13 +75,14 @@ function isAttrAllowed(tag, name, value) {
 
 /** Build the DOM for one node of a tree from parseMarkdown (the allowlists above, re-checked). */
 export function nodeToDOM(node, doc = globalThis.document) {
-  return build(node, doc);
+  return build(node, doc, false);
 }
 
-function build(node, doc) {
+/** `inCode`: whether `node` sits inside a <code> (the only place a highlight span may be). */
+function build(node, doc, inCode) {
   if (node == null) return null;
   if (typeof node.text === "string") return doc.createTextNode(node.text);
-  if (!ALLOWED_TAGS.has(node.tag)) {
+  if (!ALLOWED_TAGS.has(node.tag) || (node.tag === "span" && !inCode)) {
     // Never expected from our parser; degrade to the text inside, never to markup.
     return doc.createTextNode(plainText(node));
   }
@@ -83,7 +93,7 @@ function build(node, doc) {
     }
   }
   for (const child of node.children || []) {
-    const c = build(child, doc);
+    const c = build(child, doc, inCode || node.tag === "code");
     if (c) el.appendChild(c);
   }
   return el;
@@ -98,12 +108,13 @@ export function plainText(node) {
 }
 
 /**
- * Parse and build in one go: what the page shows for `src` (the page builds the same blocks one by
- * one, to keep those that did not change; the e2e tests compare the page with this).
+ * Parse and build in one go: what the page shows for `src` once the reply has ended (the page
+ * builds the same blocks one by one, to keep those that did not change; the e2e tests compare the
+ * page with this).
  */
-export function renderMarkdown(src, doc = globalThis.document) {
+export function renderMarkdown(src, doc = globalThis.document, { final = true } = {}) {
   const frag = doc.createDocumentFragment();
-  for (const block of parseMarkdown(src).children) frag.appendChild(build(block, doc));
+  for (const block of parseMarkdown(src, { final }).children) frag.appendChild(build(block, doc, false));
   return frag;
 }
 
@@ -121,10 +132,13 @@ md.linkify.set({ fuzzyLink: false, fuzzyEmail: false });
 const TAG = { s: "del" };
 const ALIGN = /^text-align:(left|center|right)$/;
 
-/** Parse Markdown source into a tree {tag: "root", children}. */
-export function parseMarkdown(src) {
+/**
+ * Parse Markdown source into a tree {tag: "root", children}. `final`: the text is complete (the
+ * reply ended), so a fence without its closing line is closed too and gets highlighted.
+ */
+export function parseMarkdown(src, { final = false } = {}) {
   const root = { tag: "root", children: [] };
-  appendTokens(md.parse(String(src ?? ""), {}), [root]);
+  appendTokens(md.parse(String(src ?? ""), {}), [root], final);
   return root;
 }
 
@@ -154,15 +168,33 @@ function openElement(token) {
   return node;
 }
 
-function codeBlock(token) {
-  const code = { tag: "code", children: [{ text: token.content.replace(/\n$/, "") }] };
+/**
+ * Whether a fence token's closing line has arrived. markdown-it's fence rule maps the token to its
+ * opening line, its content lines and, when found, the closing line (`token.map`, set from
+ * `state.line = nextLine + (haveEndMarker ? 1 : 0)` in markdown-it's lib/rules_block/fence.mjs);
+ * the content keeps one "\n" per line, the document's last line excepted.
+ */
+function fenceClosed(token) {
+  const text = token.content;
+  const contentLines = text === "" ? 0 : text.split("\n").length - (text.endsWith("\n") ? 1 : 0);
+  return token.map[1] - token.map[0] - 1 - contentLines === 1;
+}
+
+function codeBlock(token, final) {
+  const source = token.content.replace(/\n$/, "");
+  const code = { tag: "code", children: [{ text: source }] };
   const lang = (token.info || "").trim().split(/\s+/)[0];
-  if (lang && LANG_RE.test(lang)) code.attrs = { class: `language-${lang}` };
+  if (lang && LANG_RE.test(lang)) {
+    code.attrs = { class: `language-${lang}` };
+    const closed = token.type === "fence" && (final || fenceClosed(token));
+    const highlighted = closed && source ? highlightCode(source, lang.toLowerCase()) : null;
+    if (highlighted) code.children = highlighted;
+  }
   return { tag: "pre", children: [code] };
 }
 
 /** Append markdown-it's flat token list (opening and closing tokens) to the tree as nodes. */
-function appendTokens(tokens, stack) {
+function appendTokens(tokens, stack, final) {
   for (const token of tokens) {
     const parent = stack[stack.length - 1];
     if (token.nesting === 1) {
@@ -177,7 +209,7 @@ function appendTokens(tokens, stack) {
     }
     switch (token.type) {
       case "inline":
-        appendTokens(token.children, stack);
+        appendTokens(token.children, stack, final);
         break;
       case "softbreak":
       case "hardbreak":
@@ -191,7 +223,7 @@ function appendTokens(tokens, stack) {
         break;
       case "fence":
       case "code_block":
-        parent.children.push(codeBlock(token));
+        parent.children.push(codeBlock(token, final));
         break;
       case "image": {
         // Never loaded: a link to it, labelled with its alt text (or its URL).

@@ -108,7 +108,7 @@ export class MessageView {
       return;
     }
     const t0 = performance.now();
-    const blocks = parseMarkdown(this.reply.text).children;
+    const blocks = parseMarkdown(this.reply.text, { final: this.reply.status !== "streaming" }).children;
     const keys = blocks.map((b) => JSON.stringify(b));
     const old = this.blockKeys || [];
     const nodes = this.blockNodes || [];
@@ -159,8 +159,9 @@ export class MessageView {
     renderBranchControls(this); // versions switcher, Edit (branches.js)
     if (this.role === "user") return;
 
-    this.textEl.setAttribute("aria-live", "polite");
-    this.textEl.setAttribute("aria-busy", streaming ? "true" : "false");
+    // Not a live region (read token by token, a reply would drown everything else out): the page's
+    // status line says when it starts and reads it once it has ended (see spokenText).
+    this.el.setAttribute("aria-busy", streaming ? "true" : "false");
     if (streaming && !r.text) this.textEl.classList.add("waiting");
     else this.textEl.classList.remove("waiting");
 
@@ -249,6 +250,12 @@ export class MessageView {
     if (this.stream?.reconnects) add("Reconnects", this.stream.reconnects);
     if (!rows.length) rows.push(h("dt", {}, "Details"), h("dd", {}, "not available"));
     return h("dl", { class: "msg-details", id: this.detailsId, "data-testid": "message-details" }, rows);
+  }
+
+  /** What a screen reader hears when the reply has ended: its end state, then its text, once. */
+  spokenText() {
+    const label = BADGES[this.reply.status]?.[0];
+    return [label ? `Reply ${label}.` : "Reply finished.", this.textEl.innerText.trim()].filter(Boolean).join(" ");
   }
 
   /** Tell the message list what happened here (the list and the page listen; see the header). */

@@ -8,7 +8,7 @@
 
 import { api, enc } from "./api.js";
 import { withNewVersion } from "./branches.js";
-import { MessageView, BADGES } from "./message-view.js";
+import { MessageView } from "./message-view.js";
 import { FINAL_STATUSES, ReplyState } from "./reply.js";
 import { ReplyStream } from "./stream.js";
 
@@ -111,8 +111,7 @@ export class Replies {
             // Fire and forget: the page's TTFT, next to the engine's, shows a buffering proxy.
             api.post(`/api/messages/${enc(s.messageId)}/client-metrics`, { ttft_ms: Math.round(ttft) }).catch(() => {});
           }
-          const label = BADGES[s.status]?.[0];
-          announce(label ? `Reply ${label}.` : "Reply finished.");
+          announce(view.spokenText());
         },
       },
     });

@@ -13,6 +13,7 @@ const ALLOWED_ATTRS = {
   ol: ["start"],
   th: ["class"],
   td: ["class"],
+  span: ["class"],
 };
 
 function assertSafe(src) {
@@ -22,6 +23,7 @@ function assertSafe(src) {
     for (const [name, value] of el.attributes) {
       assert.ok((ALLOWED_ATTRS[el.localName] || []).includes(name), `attr ${name} on <${el.localName}>`);
       assert.ok(!/^on/i.test(name));
+      if (el.localName === "span") assert.match(value, /^hljs-[a-z]+(-[a-z]+)*$/, `span class ${value}`);
       if (name === "href") {
         assert.match(value, /^https?:\/\//, `href ${value}`);
         assert.equal(el.getAttribute("rel"), "noopener noreferrer nofollow");
@@ -125,17 +127,19 @@ test("links, autolinks and bare URLs", () => {
 });
 
 test("fenced code blocks keep their text exactly, with a sanitised language class", () => {
-  const src = "Here:\n\n```python\nif a < b and c > d:\n    print('<b>**not bold**</b>')\n```\nafter";
+  // A language highlight.js is not given (highlighted code: tests/js/highlight.test.mjs).
+  const src = "Here:\n\n```pseudo\nif a < b and c > d:\n    print('<b>**not bold**</b>')\n```\nafter";
   assert.equal(
     html(src),
-    "<p>Here:</p><pre><code class=\"language-python\">if a &lt; b and c &gt; d:\n    print('&lt;b&gt;**not bold**&lt;/b&gt;')</code></pre><p>after</p>",
+    "<p>Here:</p><pre><code class=\"language-pseudo\">if a &lt; b and c &gt; d:\n    print('&lt;b&gt;**not bold**&lt;/b&gt;')</code></pre><p>after</p>",
   );
   assert.equal(html("~~~\n```\ninside\n~~~"), "<pre><code>```\ninside</code></pre>");
   assert.equal(html("```\"><script>\nx\n```"), "<pre><code>x</code></pre>");
 });
 
-test("an unclosed fence (mid-stream) runs to the end", () => {
-  assert.equal(html("text\n```js\nconst a = 1;\nconst b"), '<p>text</p><pre><code class="language-js">const a = 1;\nconst b</code></pre>');
+test("an unclosed fence (mid-stream) runs to the end, not highlighted yet", () => {
+  const midStream = serialize(renderMarkdown("text\n```js\nconst a = 1;\nconst b", doc, { final: false }));
+  assert.equal(midStream, '<p>text</p><pre><code class="language-js">const a = 1;\nconst b</code></pre>');
 });
 
 test("headings, rules, quotes", () => {
@@ -164,7 +168,7 @@ test("lists: tight, loose, ordered with start, nested", () => {
   assert.equal(html("- a\n  - b\n  - c\n- d"), "<ul><li>a<ul><li>b</li><li>c</li></ul></li><li>d</li></ul>");
   assert.equal(
     html("1. step\n   ```sh\n   ls\n   ```\n2. next"),
-    '<ol><li>step<pre><code class="language-sh">ls</code></pre></li><li>next</li></ol>',
+    '<ol><li>step<pre><code class="language-sh"><span class="hljs-built-in">ls</span></code></pre></li><li>next</li></ol>',
   );
   assert.equal(html("para\n- item"), "<p>para</p><ul><li>item</li></ul>");
 });
