@@ -2,13 +2,15 @@
 
 The lifespan puts the app's `Services` in `app.state`; each provider here takes one piece of it,
 so a domain handler names what it needs (`replies: ReplyService`, `sessions: Sessions`,
-`settings: Settings`, ...) and never reaches into the app's state itself.
+`settings: Settings`, ...) and never reaches into the app's state itself. The providers name
+`services` as a dependency explicitly (`NamedDependency`): Litestar 2.23+ warns about inferred ones
+(litestar/_kwargs/kwargs_model.py), and 3.0 drops them.
 """
 
 from __future__ import annotations
 
 from litestar.datastructures import State
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 
 from app.db.session import Sessions
 from app.domain.accounts.ratelimit import AuthLimits
@@ -22,19 +24,19 @@ def provide_services(state: State) -> Services:
     return state.services
 
 
-def provide_settings(services: Services) -> Settings:
+def provide_settings(services: NamedDependency[Services]) -> Settings:
     return services.settings
 
 
-def provide_sessions(services: Services) -> Sessions:
+def provide_sessions(services: NamedDependency[Services]) -> Sessions:
     return services.sessions
 
 
-def provide_replies(services: Services) -> ReplyService:
+def provide_replies(services: NamedDependency[Services]) -> ReplyService:
     return services.replies
 
 
-def provide_engine(services: Services) -> Engine:
+def provide_engine(services: NamedDependency[Services]) -> Engine:
     return services.engine
 
 
