@@ -12,6 +12,7 @@ from litestar.di import Provide
 
 from app.db.session import Sessions
 from app.domain.accounts.ratelimit import AuthLimits
+from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine
 from app.settings import Settings
@@ -34,6 +35,10 @@ def provide_replies(services: Services) -> ReplyService:
     return services.replies
 
 
+def provide_push(services: Services) -> UserPush:
+    return services.push
+
+
 def provide_engine(services: Services) -> Engine:
     return services.engine
 
@@ -50,6 +55,7 @@ def app_dependencies() -> dict[str, Provide]:
             "settings": provide_settings,
             "sessions": provide_sessions,
             "replies": provide_replies,
+            "push": provide_push,
             "engine": provide_engine,
             "auth_limits": provide_auth_limits,
         }.items()

@@ -15,6 +15,7 @@ from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
 from app.domain.chat import reply_rows
 from app.domain.chat.limits import ReplyLimits
+from app.domain.chat.push_events import UserPush
 from app.domain.chat.recorder import DatabaseRecorder
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.reply_store import DatabaseReplyStore
@@ -22,6 +23,7 @@ from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics, relay
 from app.streaming.manager import GenerationManager
+from app.streaming.push import PushHub
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ class Services:
     manager: GenerationManager
     cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
+    push: UserPush  # each user's events, to every page they have open
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
     _engine_start: asyncio.Task[None] | None = None
@@ -53,6 +56,7 @@ class Services:
             final_wait_s=settings.final_save_wait_s,
         )
         cancel_channel = cancel_channel_for(settings.database_url, sessions)
+        push = UserPush(PushHub(), manager)
         replies = ReplyService(
             sessions,
             manager,
@@ -63,8 +67,9 @@ class Services:
             store=DatabaseReplyStore(sessions, cancel_channel),
             replica_id=settings.replica_id,
             max_replies_per_user=settings.max_replies_per_user,
+            push=push,
         )
-        return cls(settings, db_engine, sessions, engine, manager, cancel_channel, replies)
+        return cls(settings, db_engine, sessions, engine, manager, cancel_channel, replies, push)
 
     async def start(self) -> None:
         interrupted = await reply_rows.mark_interrupted_at_startup(

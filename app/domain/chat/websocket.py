@@ -5,7 +5,8 @@ The client sends `send`, `cancel`, `resume` and `regenerate`; the server sends `
 `rejected` for a request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
 so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
 be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
-streaming on it carry on.
+streaming on it carry on. Opened as `/ws?events=1`, the socket is also the page's push channel:
+its user's events as `event` frames (app/domain/chat/push_events.py).
 
 Like the SSE routes, this only translates: frames are decoded into the protocol's structs
 (app/domain/chat/frames.py), dispatched by their type to the reply service, and the events it
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +37,7 @@ from app.domain.chat.frames import (
     SendFrame,
     read_frame,
 )
+from app.domain.chat.push_events import PushEvent, UserPush, as_json
 from app.domain.chat.replies import ReplyEvents, ReplyService
 from app.domain.errors import InvalidInputError
 from app.domain.json_input import BadJsonError
@@ -150,9 +152,29 @@ class ChatSocket:
                         payload["client_ref"] = client_ref
                     await self.send(payload)
 
+    def push_events(self, events: AsyncGenerator[PushEvent | None, None]) -> None:
+        """The user's events (app/domain/chat/push_events.py) as `event` frames on this socket,
+        for as long as it is open."""
+        task = asyncio.create_task(self._pump_events(events))
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
+
+    async def _pump_events(self, events: AsyncGenerator[PushEvent | None, None]) -> None:
+        with contextlib.suppress(Exception):  # a dead socket ends this, not the socket's replies
+            async with aclosing(events):
+                async for event in events:
+                    await self.send({"type": "ping"} if event is None else as_frame(event))
+
+
+def as_frame(event: PushEvent) -> dict[str, Any]:
+    return {"type": "event", **as_json(event)}
+
 
 @websocket("/ws", dependencies={"user": Provide(socket_user)})
-async def chat_socket(socket: WebSocket, user: User | None, replies: ReplyService) -> None:
+async def chat_socket(
+    socket: WebSocket, user: User | None, replies: ReplyService, push: UserPush
+) -> None:
+    """`/ws?events=1`: the page's push channel too (its user's events as `event` frames)."""
     await socket.accept()
     if not same_origin(socket):
         await socket.close(CLOSE_POLICY, "cross-origin WebSocket refused")
@@ -160,4 +182,7 @@ async def chat_socket(socket: WebSocket, user: User | None, replies: ReplyServic
     if user is None:
         await socket.close(CLOSE_UNAUTHORIZED, "log in first")
         return
-    await ChatSocket(socket, user, replies).run()
+    chat = ChatSocket(socket, user, replies)
+    if socket.query_params.get("events") == "1":
+        chat.push_events(push.follow(user.id, replies.keepalive_s))
+    await chat.run()
