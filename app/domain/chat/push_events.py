@@ -99,9 +99,11 @@ class UserPush:
     async def follow(
         self, user_id: UUID | str, keepalive_s: float
     ) -> AsyncGenerator[PushEvent | None, None]:
-        """One page's events: first the replies live now, then each event as it comes (Resync
-        when some were dropped), and None after `keepalive_s` of silence (send a heartbeat)."""
+        """One page's events: a heartbeat (None) as soon as it is subscribed (the page then knows
+        it hears everything from here on), the replies live now, then each event as it comes
+        (Resync when some were dropped), and None after `keepalive_s` of silence."""
         with self.hub.subscribe(str(user_id)) as channel:
+            yield None
             for started in self.live_replies(user_id):
                 yield started
             async for event in channel.events(keepalive_s):

@@ -41,8 +41,8 @@ async def user_events(user: User, push: UserPush, settings: Settings) -> Stream:
     events = push.follow(user.id, settings.keepalive_s)
 
     async def body() -> AsyncIterator[bytes]:
-        # A client that goes away cancels the response: `aclosing` unsubscribes the channel.
-        yield SSE_KEEPALIVE  # headers and a first byte now, so the page knows it is connected
+        # The first keepalive says "subscribed". A client that goes away cancels the response:
+        # `aclosing` then unsubscribes its channel.
         async with aclosing(events):
             async for event in events:
                 yield SSE_KEEPALIVE if event is None else sse_frame(event)
