@@ -2,8 +2,8 @@
  * The page's one push channel: the user's events from their other tabs and devices (a reply
  * started or ended, a conversation created, renamed or deleted; app/domain/chat/push_events.py).
  *
- * Over the WebSocket when the page streams over it (the same socket, opened with ?events=1, its
- * `event` frames), else over `GET /api/events` (server-sent events read with fetch, as the
+ * Over the WebSocket when the page streams over it (the same socket, after a `subscribe` frame:
+ * its `event` frames), else over `GET /api/events` (server-sent events read with fetch, as the
  * replies are). Either way it reconnects with backoff, and says so (`onConnected(again)`), since
  * a page that was cut off missed events and must refetch what it shows.
  */
@@ -94,7 +94,7 @@ class WsPush {
       this.onConnected();
     };
     t.onClose = () => this._retry();
-    if (t.ws && t.ws.readyState === 1) t.reset(); // a socket opened without ?events=1
+    if (t.ws && t.ws.readyState === 1) t.ws.send(JSON.stringify({ type: "subscribe" })); // already open
     this._connect();
   }
 

@@ -5,8 +5,9 @@
  * "ping".
  * A closed socket fails every reply reading from it with ConnectionLost; the ReplyStream then
  * resumes on a new socket from its last offset.
- * With `events` set (push.js), the socket is also the page's push channel: opened with ?events=1,
- * its "event" frames go to `onEvent`, and `onOpen`/`onClose` say when it comes and goes.
+ * With `events` set (push.js), the socket is also the page's push channel: it sends "subscribe"
+ * when it opens, its "event" frames go to `onEvent`, and `onOpen`/`onClose` say when it comes and
+ * goes.
  */
 
 import { api, enc } from "./api.js";
@@ -93,7 +94,7 @@ export class WsTransport {
     this.connecting = new Promise((resolve, reject) => {
       let ws;
       try {
-        ws = new this.WS(this.events ? `${this.url}?events=1` : this.url);
+        ws = new this.WS(this.url);
       } catch (e) {
         this.connecting = null;
         reject(new ConnectionLost(`Cannot open the WebSocket: ${e.message}`));
@@ -115,6 +116,7 @@ export class WsTransport {
         this.ws = ws;
         this.connecting = null;
         this._arm();
+        if (this.events) ws.send(JSON.stringify({ type: "subscribe" }));
         resolve(ws);
         this.onOpen?.();
       };

@@ -1,5 +1,5 @@
 """Several tabs and devices, against a real server (synthetic engine, 10 ms steps), on SQLite and
-PostgreSQL: each page's one push channel (`/ws?events=1` or `GET /api/events`) hears the user's
+PostgreSQL: each page's one push channel (`/ws` after `subscribe`, or `GET /api/events`) hears the user's
 replies start and end on their other pages, and conversations created, renamed and deleted; a page
 resumes a reply started elsewhere and stops it from there; another user's channels hear nothing.
 The frames are asserted exactly."""
@@ -128,8 +128,9 @@ def cookie_header(client: PageClient) -> dict[str, str]:
 
 @contextlib.contextmanager
 def ws_channel(server: LiveServer, client: PageClient) -> Iterator[WsChannel]:
-    url = f"{server.ws_url}?events=1"
-    with connect(url, additional_headers=cookie_header(client), open_timeout=10) as ws:
+    with connect(server.ws_url, additional_headers=cookie_header(client), open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "subscribe"}))
+        ws.send(json.dumps({"type": "subscribe"}))  # a second one changes nothing
         channel = WsChannel(ws)
         channel.wait_subscribed()
         yield channel

@@ -40,8 +40,14 @@ class ResumeFrame(ResumeReply, tag_field="type", tag="resume", forbid_unknown_fi
     client_ref: str | None = None
 
 
-ClientFrame = SendFrame | RegenerateFrame | CancelFrame | ResumeFrame
-FRAME_TYPES = ("send", "cancel", "resume", "regenerate")
+class SubscribeFrame(msgspec.Struct, tag_field="type", tag="subscribe", forbid_unknown_fields=True):
+    """Make this socket its page's push channel (app/domain/chat/push_events.py)."""
+
+    client_ref: str | None = None
+
+
+ClientFrame = SendFrame | RegenerateFrame | CancelFrame | ResumeFrame | SubscribeFrame
+FRAME_TYPES = ("send", "cancel", "resume", "regenerate", "subscribe")
 
 _decoder = msgspec.json.Decoder(ClientFrame)
 

@@ -1,5 +1,5 @@
 """`GET /api/events`: the page's push channel when it streams over SSE (over the WebSocket, the
-same events ride on the socket: app/domain/chat/websocket.py). Server-sent events named after the
+same events ride on the socket after a `subscribe` frame: app/domain/chat/websocket.py). Server-sent events named after the
 event (`reply_started`, `conversation_renamed`, ...; app/domain/chat/push_events.py), with keepalive
 comments when idle; no ids, since a page that reconnects refetches what it shows (`resync`)."""
 

@@ -5,8 +5,8 @@ The client sends `send`, `cancel`, `resume` and `regenerate`; the server sends `
 `rejected` for a request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
 so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
 be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
-streaming on it carry on. Opened as `/ws?events=1`, the socket is also the page's push channel:
-its user's events as `event` frames (app/domain/chat/push_events.py).
+streaming on it carry on. After a `subscribe`, the socket is also the page's push channel: its
+user's events as `event` frames (app/domain/chat/push_events.py).
 
 Like the SSE routes, this only translates: frames are decoded into the protocol's structs
 (app/domain/chat/frames.py), dispatched by their type to the reply service, and the events it
@@ -35,6 +35,7 @@ from app.domain.chat.frames import (
     RegenerateFrame,
     ResumeFrame,
     SendFrame,
+    SubscribeFrame,
     read_frame,
 )
 from app.domain.chat.push_events import PushEvent, UserPush, as_json
@@ -72,10 +73,14 @@ def rejection(exc: Exception, frame: object) -> tuple[str, int | None]:
 
 
 class ChatSocket:
-    def __init__(self, socket: WebSocket, user: User, replies: ReplyService) -> None:
+    def __init__(
+        self, socket: WebSocket, user: User, replies: ReplyService, push: UserPush | None = None
+    ) -> None:
         self.socket = socket
         self.user = user
         self.replies = replies
+        self.push = push
+        self._subscribed = False
         self._send_lock = asyncio.Lock()
         self._streams: set[asyncio.Task[None]] = set()
         self._handlers: dict[type[Any], Callable[[Any], Awaitable[None]]] = {
@@ -83,6 +88,7 @@ class ChatSocket:
             RegenerateFrame: self.on_regenerate,
             CancelFrame: self.on_cancel,
             ResumeFrame: self.on_resume,
+            SubscribeFrame: self.on_subscribe,
         }
 
     async def send(self, payload: dict[str, Any]) -> None:
@@ -134,6 +140,11 @@ class ChatSocket:
             await self.replies.resume(self.user.id, frame, transport="ws"), frame.client_ref
         )
 
+    async def on_subscribe(self, frame: SubscribeFrame) -> None:
+        if self.push is not None and not self._subscribed:  # once per socket
+            self._subscribed = True
+            self.push_events(self.push.follow(self.user.id, self.replies.keepalive_s))
+
     def stream(self, reply: ReplyEvents, client_ref: str | None) -> None:
         task = asyncio.create_task(self._pump_to_socket(reply, client_ref))
         self._streams.add(task)
@@ -174,7 +185,6 @@ def as_frame(event: PushEvent) -> dict[str, Any]:
 async def chat_socket(
     socket: WebSocket, user: User | None, replies: ReplyService, push: UserPush
 ) -> None:
-    """`/ws?events=1`: the page's push channel too (its user's events as `event` frames)."""
     await socket.accept()
     if not same_origin(socket):
         await socket.close(CLOSE_POLICY, "cross-origin WebSocket refused")
@@ -182,7 +192,4 @@ async def chat_socket(
     if user is None:
         await socket.close(CLOSE_UNAUTHORIZED, "log in first")
         return
-    chat = ChatSocket(socket, user, replies)
-    if socket.query_params.get("events") == "1":
-        chat.push_events(push.follow(user.id, replies.keepalive_s))
-    await chat.run()
+    await ChatSocket(socket, user, replies, push).run()
