@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.broadcast import Broadcast, broadcast_for
 from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
@@ -27,6 +28,8 @@ from app.streaming.push import PushHub
 
 log = logging.getLogger(__name__)
 
+PUSH_CHANNEL = "streamchat_user_events"
+
 
 @dataclass
 class Services:
@@ -38,6 +41,7 @@ class Services:
     cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
     push: UserPush  # each user's events, to every page they have open
+    push_relay: Broadcast  # ... on every replica
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
     _engine_start: asyncio.Task[None] | None = None
@@ -56,7 +60,8 @@ class Services:
             final_wait_s=settings.final_save_wait_s,
         )
         cancel_channel = cancel_channel_for(settings.database_url, sessions)
-        push = UserPush(PushHub(), manager)
+        push_relay = broadcast_for(settings.database_url, PUSH_CHANNEL)
+        push = UserPush(PushHub(), manager, push_relay.publish if push_relay.relays else None)
         replies = ReplyService(
             sessions,
             manager,
@@ -69,7 +74,17 @@ class Services:
             max_replies_per_user=settings.max_replies_per_user,
             push=push,
         )
-        return cls(settings, db_engine, sessions, engine, manager, cancel_channel, replies, push)
+        return cls(
+            settings,
+            db_engine,
+            sessions,
+            engine,
+            manager,
+            cancel_channel,
+            replies,
+            push,
+            push_relay,
+        )
 
     async def start(self) -> None:
         interrupted = await reply_rows.mark_interrupted_at_startup(
@@ -82,6 +97,7 @@ class Services:
         await self.manager.start()
         # What other replicas publish about replies (a Stop, a client following) acts on ours.
         await self.cancel_channel.start(functools.partial(relay.receive, self.manager))
+        await self.push_relay.start(self.push.receive)  # other replicas' users' events
         # The model loads in the background: meanwhile the server answers, /readyz says
         # "loading" and a reply request gets a clear 503 (the engine refuses until started).
         self._engine_start = asyncio.create_task(self._start_engine(), name="engine-start")
@@ -98,6 +114,7 @@ class Services:
 
     async def stop(self) -> None:
         await self.cancel_channel.stop()
+        await self.push_relay.stop()
         await self.manager.shutdown()
         if self._engine_start is not None:
             await asyncio.wait({self._engine_start})  # never shut down an engine mid-load

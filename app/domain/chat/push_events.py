@@ -7,14 +7,17 @@ A page that hears `reply_started` for the conversation it shows resumes that rep
 core. Both transports carry these events: the WebSocket as `{"type": "event", "event": ...}`
 frames, `GET /api/events` as server-sent events named after `event`.
 
-Same process only: a page connected to another replica does not hear them (it sees the change on
-its next load).
+Across replicas, each event is also relayed to the others (on PostgreSQL through NOTIFY:
+app/db/broadcast.py), which deliver it to their own pages of that user (`receive`). A page that
+connects hears the replies live in its own replica at once; those running on another replica it
+hears of when they start (or on its next load).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import logging
+from collections.abc import AsyncGenerator, Callable
 from uuid import UUID
 
 import msgspec
@@ -22,6 +25,8 @@ import msgspec
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
 from app.streaming.push import PushHub
+
+log = logging.getLogger(__name__)
 
 
 class ReplyStarted(msgspec.Struct, tag_field="event", tag="reply_started"):
@@ -66,13 +71,31 @@ PushEvent = (
 class UserPush:
     """Publishes a user's events to that user's pages, and follows them for one page."""
 
-    def __init__(self, hub: PushHub[PushEvent], manager: GenerationManager) -> None:
+    def __init__(
+        self,
+        hub: PushHub[PushEvent],
+        manager: GenerationManager,
+        relay: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """`relay(user_id, event as JSON)`: tells the other replicas (app/db/broadcast.py)."""
         self.hub = hub
         self.manager = manager
+        self.relay = relay
         self._watchers: set[asyncio.Task[None]] = set()
 
     def publish(self, user_id: UUID | str, event: PushEvent) -> None:
         self.hub.publish(str(user_id), event)
+        if self.relay is not None:
+            self.relay(str(user_id), _encode(event).decode())
+
+    def receive(self, user_id: str, payload: str) -> None:
+        """An event another replica published: to this replica's pages of that user."""
+        try:
+            event = _decode(payload)
+        except msgspec.DecodeError:  # not an event this version knows (a mixed-version roll-out)
+            log.warning("ignoring a relayed push event %r", payload[:200])
+            return
+        self.hub.publish(user_id, event)
 
     def reply_started(self, generation: Generation) -> None:
         """Announce a page reply that just went live, and its end once that is saved."""
@@ -108,6 +131,10 @@ class UserPush:
                 yield started
             async for event in channel.events(keepalive_s):
                 yield Resync() if isinstance(event, str) else event
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(PushEvent).decode
 
 
 def _started(generation: Generation) -> ReplyStarted:
