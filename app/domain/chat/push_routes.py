@@ -33,7 +33,9 @@ def sse_frame(event: PushEvent) -> bytes:
     "/api/events",
     dependencies={"user": Provide(current_user)},
     raises=[NotAuthorizedException],
-    tags=["chat"],
+    # Like /ws, not in the OpenAPI document: an endless stream, which a client generated from the
+    # document (or the schema fuzzer, tests/serving/test_api_fuzz.py) would read forever.
+    include_in_schema=False,
 )
 async def user_events(user: User, push: UserPush, settings: Settings) -> Stream:
     """This user's events, for one page: replies started and ended on their other pages, and
