@@ -115,6 +115,7 @@ class Services:
     async def stop(self) -> None:
         await self.cancel_channel.stop()
         await self.push_relay.stop()
+        self.push.close()
         await self.manager.shutdown()
         if self._engine_start is not None:
             await asyncio.wait({self._engine_start})  # never shut down an engine mid-load

@@ -111,6 +111,11 @@ class UserPush:
         )
         self.publish(generation.user_id, ended)
 
+    def close(self) -> None:
+        """At shutdown: stop waiting for the ends of replies (the process goes with them)."""
+        for task in self._watchers:
+            task.cancel()
+
     def live_replies(self, user_id: UUID | str) -> list[ReplyStarted]:
         """The user's page replies generating here now: what a page that just connected missed."""
         return [
