@@ -56,7 +56,7 @@ DEEP = 100_000
         ('{"type": "send", "client_ref": "n\\u0000", "content": "a"}', "NUL", None, 400),
         (
             '{"type": "dance", "client_ref": "d"}',
-            "unknown type 'dance': use send, cancel, resume, regenerate or edit",
+            "unknown type 'dance': use send, cancel, resume, regenerate, edit or subscribe",
             "d",
             None,
         ),

@@ -14,6 +14,7 @@ from litestar.di import NamedDependency, Provide
 
 from app.db.session import Sessions
 from app.domain.accounts.ratelimit import AuthLimits
+from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine
 from app.settings import Settings
@@ -36,6 +37,10 @@ def provide_replies(services: NamedDependency[Services]) -> ReplyService:
     return services.replies
 
 
+def provide_push(services: NamedDependency[Services]) -> UserPush:
+    return services.push
+
+
 def provide_engine(services: NamedDependency[Services]) -> Engine:
     return services.engine
 
@@ -52,6 +57,7 @@ def app_dependencies() -> dict[str, Provide]:
             "settings": provide_settings,
             "sessions": provide_sessions,
             "replies": provide_replies,
+            "push": provide_push,
             "engine": provide_engine,
             "auth_limits": provide_auth_limits,
         }.items()

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.broadcast import Broadcast, broadcast_for
 from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
 from app.domain.chat import reply_rows
 from app.domain.chat.limits import ReplyLimits
+from app.domain.chat.push_events import UserPush
 from app.domain.chat.recorder import DatabaseRecorder
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.reply_store import DatabaseReplyStore
@@ -22,8 +24,11 @@ from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics, relay
 from app.streaming.manager import GenerationManager
+from app.streaming.push import PushHub
 
 log = logging.getLogger(__name__)
+
+PUSH_CHANNEL = "streamchat_user_events"
 
 
 @dataclass
@@ -35,6 +40,8 @@ class Services:
     manager: GenerationManager
     cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
+    push: UserPush  # each user's events, to every page they have open
+    push_relay: Broadcast  # ... on every replica
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
     _engine_start: asyncio.Task[None] | None = None
@@ -53,6 +60,8 @@ class Services:
             final_wait_s=settings.final_save_wait_s,
         )
         cancel_channel = cancel_channel_for(settings.database_url, sessions)
+        push_relay = broadcast_for(settings.database_url, PUSH_CHANNEL)
+        push = UserPush(PushHub(), manager, push_relay.publish if push_relay.relays else None)
         replies = ReplyService(
             sessions,
             manager,
@@ -63,8 +72,19 @@ class Services:
             store=DatabaseReplyStore(sessions, cancel_channel),
             replica_id=settings.replica_id,
             max_replies_per_user=settings.max_replies_per_user,
+            push=push,
         )
-        return cls(settings, db_engine, sessions, engine, manager, cancel_channel, replies)
+        return cls(
+            settings,
+            db_engine,
+            sessions,
+            engine,
+            manager,
+            cancel_channel,
+            replies,
+            push,
+            push_relay,
+        )
 
     async def start(self) -> None:
         interrupted = await reply_rows.mark_interrupted_at_startup(
@@ -77,6 +97,7 @@ class Services:
         await self.manager.start()
         # What other replicas publish about replies (a Stop, a client following) acts on ours.
         await self.cancel_channel.start(functools.partial(relay.receive, self.manager))
+        await self.push_relay.start(self.push.receive)  # other replicas' users' events
         # The model loads in the background: meanwhile the server answers, /readyz says
         # "loading" and a reply request gets a clear 503 (the engine refuses until started).
         self._engine_start = asyncio.create_task(self._start_engine(), name="engine-start")
@@ -93,6 +114,8 @@ class Services:
 
     async def stop(self) -> None:
         await self.cancel_channel.stop()
+        await self.push_relay.stop()
+        self.push.close()
         await self.manager.shutdown()
         if self._engine_start is not None:
             await asyncio.wait({self._engine_start})  # never shut down an engine mid-load

@@ -18,10 +18,12 @@ import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversati
 import { $, announcer } from "./dom.js";
 import { MessageList } from "./message-list.js";
 import { MessageView } from "./message-view.js";
+import { Push } from "./push.js";
 import { ReplyState } from "./reply.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
 import { Sidebar } from "./sidebar.js";
+import { TabSync } from "./tab-sync.js";
 import { SseTransport } from "./transport-sse.js";
 import { WsTransport } from "./transport-ws.js";
 
@@ -63,7 +65,7 @@ const conversations = new ConversationList({
   list: $("#conversation-list"),
   empty: $("#conversations-empty"),
   confirm: $("#confirm-dialog"),
-  isLive: (id) => !!replies.liveFor(id),
+  isLive: (id) => !!replies.liveFor(id) || sync.isLive(id),
   announce,
   onOpen(id) {
     openConversation(id);
@@ -105,6 +107,22 @@ const replies = new Replies({
   announce,
   onStarted: (id, content) => conversations.touch(id, content),
   onLive: showLive,
+});
+
+// The user's other tabs and devices: their events over the page's one push channel.
+const sync = new TabSync({
+  conversations,
+  replies,
+  reload: (id) => openConversation(id),
+  onGone: (c) => conversations.onDeleted(c),
+});
+const push = new Push({
+  ws: transports.ws,
+  onEvent: (ev) => sync.handle(ev),
+  onConnected(again) {
+    if (root) root.dataset.push = "connected"; // for the tests: this page hears the others now
+    if (again) sync.resync();
+  },
 });
 
 const account = new AccountDialog({
@@ -343,6 +361,7 @@ document.addEventListener("keydown", (e) => {
 transportSelect.value = localStorage.getItem(TRANSPORT_KEY) === "ws" ? "ws" : "sse";
 transportSelect.addEventListener("change", () => {
   localStorage.setItem(TRANSPORT_KEY, transportName());
+  push.use(transportName());
   announce(`Replies will stream over ${transportName() === "ws" ? "WebSocket" : "SSE"}.`);
 });
 
@@ -371,6 +390,7 @@ $("#new-chat").addEventListener("click", newChat);
 showNetStatus();
 showLive();
 loadConversations().then(() => {
+  push.use(transportName());
   if (root) root.dataset.ready = "true";
 });
 // Focus the composer, except on touch screens, where that would pop the keyboard up at once.

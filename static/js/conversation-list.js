@@ -38,8 +38,9 @@ export class ConversationList {
     return this.items.find((c) => c.id === id);
   }
 
-  /** A conversation started on this page (it goes on top). */
+  /** A conversation started on this page, or another of the user's (it goes on top, once). */
   add(c) {
+    this.forget(c.id);
     this.items.unshift(c);
   }
 

@@ -5,6 +5,9 @@
  * "ping".
  * A closed socket fails every reply reading from it with ConnectionLost; the ReplyStream then
  * resumes on a new socket from its last offset.
+ * With `events` set (push.js), the socket is also the page's push channel: it sends "subscribe"
+ * when it opens, its "event" frames go to `onEvent`, and `onOpen`/`onClose` say when it comes and
+ * goes.
  */
 
 import { api, enc } from "./api.js";
@@ -70,6 +73,13 @@ export class WsTransport {
     this.pending = []; // sends awaiting their start event: {ref, channel}
     this.resuming = []; // resumes awaiting their start event: {messageId, channel}
     this.watchdog = 0;
+    this.events = false; // the page's push channel rides on this socket (push.js)
+    this.onEvent = this.onOpen = this.onClose = null;
+  }
+
+  /** Open the socket now (the push channel wants it open with or without a reply streaming). */
+  connect() {
+    return this._connect();
   }
 
   _arm() {
@@ -106,7 +116,9 @@ export class WsTransport {
         this.ws = ws;
         this.connecting = null;
         this._arm();
+        if (this.events) ws.send(JSON.stringify({ type: "subscribe" }));
         resolve(ws);
+        this.onOpen?.();
       };
       ws.onmessage = (e) => {
         if (this.ws === ws) this._arm();
@@ -117,6 +129,7 @@ export class WsTransport {
         if (e.code === 4401 && this.onUnauthorized) this.onUnauthorized();
         fail(new ConnectionLost(`The WebSocket closed (${e.code}).`));
         if (this.ws === ws) this._closed(new ConnectionLost(`The WebSocket closed (${e.code}${e.reason ? `: ${e.reason}` : ""}).`));
+        if (e.code !== 4401) this.onClose?.();
       };
     });
     return this.connecting;
@@ -155,6 +168,10 @@ export class WsTransport {
     if (!msg || typeof msg !== "object") return;
     const type = msg.type;
     if (type === "ping") return;
+    if (type === "event") {
+      this.onEvent?.(msg);
+      return;
+    }
     if (type === "rejected") {
       const err = new RejectedError(msg.error || msg.detail);
       if (typeof msg.status === "number") err.status = msg.status;

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import redis
 
-from tests.live_server import PageClient, PageStream, SseReader, query
+from tests.live_server import PageClient, PageStream, SseComment, SseReader, query
 from tests.ops.harness import (
     STEP_MS,
     AppProcess,
@@ -304,3 +304,56 @@ def test_a_client_following_from_the_other_replica_keeps_the_reply_alive(
     row = cluster.row(message_id)
     assert row["status"] == "completed"
     assert seen.text + record.text == row["content"]
+
+
+def test_a_users_events_reach_their_page_on_the_other_replica(cluster: Cluster) -> None:
+    """One page on replica b hears what the same user does on replica a (relayed over NOTIFY):
+    a new conversation, its rename, a reply starting (which the page follows from b, through the
+    database, and stops) and its end."""
+    on_a = client_like(cluster.user, cluster.a.url)
+    on_b = client_like(cluster.user, cluster.b.url)
+    try:
+        with on_b.http.stream("GET", "/api/events") as push:
+            assert push.status_code == 200
+            pushed = (e for e in SseReader(push) if not isinstance(e, SseComment))
+            conversation = on_a.new_conversation()
+            assert next(pushed).json() == {
+                "event": "conversation_created",
+                "conversation_id": conversation,
+                "title": "New chat",
+            }
+            renamed = on_a.http.patch(
+                f"/api/conversations/{conversation}",
+                json={"title": "Across replicas"},
+                headers=on_a.csrf_headers(),
+            )
+            assert renamed.status_code == 200, renamed.text
+            assert next(pushed).json() == {
+                "event": "conversation_renamed",
+                "conversation_id": conversation,
+                "title": "Across replicas",
+            }
+            record = PageStream()
+            with on_a.send(
+                conversation, "a long one [[synthetic:tokens=1000]]", max_tokens=1000
+            ) as response:
+                events = iter(SseReader(response))
+                read_until(events, record, deltas=1)
+                started = next(pushed).json()
+                assert started == {
+                    "event": "reply_started",
+                    "conversation_id": conversation,
+                    "message_id": record.message_id,
+                }
+                assert on_b.cancel(record.message_id).json()["status"] == "cancelled"
+                read_rest(events, record)
+            assert record.end is not None and record.end.json()["status"] == "cancelled"
+            assert next(pushed).json() == {
+                "event": "reply_ended",
+                "conversation_id": conversation,
+                "message_id": record.message_id,
+                "status": "cancelled",
+            }
+    finally:
+        on_a.close()
+        on_b.close()

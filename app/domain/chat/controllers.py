@@ -31,6 +31,12 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
 from app.domain.chat import branches, conversations, reply_rows
+from app.domain.chat.push_events import (
+    ConversationCreated,
+    ConversationDeleted,
+    ConversationRenamed,
+    UserPush,
+)
 from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService
 from app.domain.chat.schemas import (
     CancelReply,
@@ -115,12 +121,14 @@ class ConversationController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
     async def create(
-        self, sessions: Sessions, user: User, data: NewConversation | None = None
+        self, sessions: Sessions, user: User, push: UserPush, data: NewConversation | None = None
     ) -> ConversationResponse:
         title = data.title if data else None
-        return ConversationResponse.of(
+        created = ConversationResponse.of(
             await conversations.create_conversation(sessions, user.id, title)
         )
+        push.publish(user.id, ConversationCreated(created.id, created.title))
+        return created
 
     @get("/{conversation_id:uuid}", raises=READ_ONE)
     async def read(
@@ -140,7 +148,7 @@ class ConversationController(Controller):
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
-        self, sessions: Sessions, user: User, conversation_id: UUID, data: Rename
+        self, sessions: Sessions, user: User, push: UserPush, conversation_id: UUID, data: Rename
     ) -> ConversationResponse:
         renamed = await conversations.rename_conversation(
             sessions, user.id, conversation_id, data.title
@@ -148,11 +156,15 @@ class ConversationController(Controller):
         conversation = await conversations.get_conversation(sessions, user.id, conversation_id)
         if not renamed or conversation is None:
             raise conversations.ConversationNotFoundError(conversation_id)
+        push.publish(user.id, ConversationRenamed(str(conversation_id), conversation.title))
         return ConversationResponse.of(conversation)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
-    async def remove(self, replies: ReplyService, user: User, conversation_id: UUID) -> None:
+    async def remove(
+        self, replies: ReplyService, push: UserPush, user: User, conversation_id: UUID
+    ) -> None:
         await replies.delete_conversation(user.id, conversation_id)
+        push.publish(user.id, ConversationDeleted(str(conversation_id)))
 
     @post(
         "/{conversation_id:uuid}/messages",

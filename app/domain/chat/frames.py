@@ -47,8 +47,14 @@ class ResumeFrame(ResumeReply, tag_field="type", tag="resume", forbid_unknown_fi
     client_ref: str | None = None
 
 
-ClientFrame = SendFrame | RegenerateFrame | CancelFrame | ResumeFrame | EditFrame
-FRAME_TYPES = ("send", "cancel", "resume", "regenerate", "edit")
+class SubscribeFrame(msgspec.Struct, tag_field="type", tag="subscribe", forbid_unknown_fields=True):
+    """Make this socket its page's push channel (app/domain/chat/push_events.py)."""
+
+    client_ref: str | None = None
+
+
+ClientFrame = SendFrame | RegenerateFrame | CancelFrame | ResumeFrame | EditFrame | SubscribeFrame
+FRAME_TYPES = ("send", "cancel", "resume", "regenerate", "edit", "subscribe")
 
 _decoder = msgspec.json.Decoder(ClientFrame)
 

@@ -20,6 +20,7 @@ from app.db.session import Sessions
 from app.domain.chat import branches, conversations, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.chat.push_events import UserPush
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
 from app.engine.base import EngineEvent, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
@@ -71,12 +72,14 @@ class ReplyService:
         store: ReplyStore,
         replica_id: str | None = None,
         max_replies_per_user: int = 0,
+        push: UserPush | None = None,
     ) -> None:
         """`store`: the replies as the database has them, for those not live here (the chat
         rows and the cancel channel: app/domain/chat/reply_store.py).
         `keepalive_s`: how long a followed reply may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
-        in this process; 0 for no limit."""
+        in this process; 0 for no limit.
+        `push`: where the user's other pages hear of a page reply that starts (and ends)."""
         self.sessions = sessions
         self.manager = manager
         self.limits = limits
@@ -86,6 +89,7 @@ class ReplyService:
         self.replica_id = replica_id
         self.max_replies_per_user = max_replies_per_user
         self._starting: Counter[str] = Counter()  # replies past the check, not yet live
+        self.push = push
 
     @contextlib.contextmanager
     def _reply_slot(self, user_id: UUID) -> Iterator[None]:
@@ -311,7 +315,10 @@ class ReplyService:
             grace_s=self.grace_by_source.get(source, 0.0),
             final_wait_s=self.manager.final_wait_s,
         )
-        return self.manager.run(generation, stream)
+        self.manager.run(generation, stream)
+        if self.push is not None and source == "page":  # its rows are committed: tell the others
+            self.push.reply_started(generation)
+        return generation
 
     async def find(self, user_id: UUID, message_id: UUID) -> Generation | Message:
         """A user's reply: live in this process, or as stored. Raises NotFoundError otherwise."""

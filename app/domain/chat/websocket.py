@@ -5,7 +5,8 @@ The client sends `send`, `cancel`, `resume`, `regenerate` and `edit`; the server
 `rejected` for a request it cannot serve. Receiving runs while replies stream (each reply has its own sending task),
 so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
 be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
-streaming on it carry on.
+streaming on it carry on. After a `subscribe`, the socket is also the page's push channel: its
+user's events as `event` frames (app/domain/chat/push_events.py).
 
 Like the SSE routes, this only translates: frames are decoded into the protocol's structs
 (app/domain/chat/frames.py), dispatched by their type to the reply service, and the events it
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,8 +36,10 @@ from app.domain.chat.frames import (
     RegenerateFrame,
     ResumeFrame,
     SendFrame,
+    SubscribeFrame,
     read_frame,
 )
+from app.domain.chat.push_events import PushEvent, UserPush, as_json
 from app.domain.chat.replies import ReplyEvents, ReplyService
 from app.domain.errors import InvalidInputError
 from app.domain.json_input import BadJsonError
@@ -71,10 +74,14 @@ def rejection(exc: Exception, frame: object) -> tuple[str, int | None]:
 
 
 class ChatSocket:
-    def __init__(self, socket: WebSocket, user: User, replies: ReplyService) -> None:
+    def __init__(
+        self, socket: WebSocket, user: User, replies: ReplyService, push: UserPush | None = None
+    ) -> None:
         self.socket = socket
         self.user = user
         self.replies = replies
+        self.push = push
+        self._subscribed = False
         self._send_lock = asyncio.Lock()
         self._streams: set[asyncio.Task[None]] = set()
         self._handlers: dict[type[Any], Callable[[Any], Awaitable[None]]] = {
@@ -83,6 +90,7 @@ class ChatSocket:
             CancelFrame: self.on_cancel,
             ResumeFrame: self.on_resume,
             EditFrame: self.on_edit,
+            SubscribeFrame: self.on_subscribe,
         }
 
     async def send(self, payload: dict[str, Any]) -> None:
@@ -138,6 +146,11 @@ class ChatSocket:
             await self.replies.resume(self.user.id, frame, transport="ws"), frame.client_ref
         )
 
+    async def on_subscribe(self, frame: SubscribeFrame) -> None:
+        if self.push is not None and not self._subscribed:  # once per socket
+            self._subscribed = True
+            self.push_events(self.push.follow(self.user.id, self.replies.keepalive_s))
+
     def stream(self, reply: ReplyEvents, client_ref: str | None) -> None:
         task = asyncio.create_task(self._pump_to_socket(reply, client_ref))
         self._streams.add(task)
@@ -156,9 +169,28 @@ class ChatSocket:
                         payload["client_ref"] = client_ref
                     await self.send(payload)
 
+    def push_events(self, events: AsyncGenerator[PushEvent | None, None]) -> None:
+        """The user's events (app/domain/chat/push_events.py) as `event` frames on this socket,
+        for as long as it is open."""
+        task = asyncio.create_task(self._pump_events(events))
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
+
+    async def _pump_events(self, events: AsyncGenerator[PushEvent | None, None]) -> None:
+        with contextlib.suppress(Exception):  # a dead socket ends this, not the socket's replies
+            async with aclosing(events):
+                async for event in events:
+                    await self.send({"type": "ping"} if event is None else as_frame(event))
+
+
+def as_frame(event: PushEvent) -> dict[str, Any]:
+    return {"type": "event", **as_json(event)}
+
 
 @websocket("/ws", dependencies={"user": Provide(socket_user)})
-async def chat_socket(socket: WebSocket, user: User | None, replies: ReplyService) -> None:
+async def chat_socket(
+    socket: WebSocket, user: User | None, replies: ReplyService, push: UserPush
+) -> None:
     await socket.accept()
     if not same_origin(socket):
         await socket.close(CLOSE_POLICY, "cross-origin WebSocket refused")
@@ -166,4 +198,4 @@ async def chat_socket(socket: WebSocket, user: User | None, replies: ReplyServic
     if user is None:
         await socket.close(CLOSE_UNAUTHORIZED, "log in first")
         return
-    await ChatSocket(socket, user, replies).run()
+    await ChatSocket(socket, user, replies, push).run()

@@ -1,0 +1,52 @@
+"""`GET /api/events`: the page's push channel when it streams over SSE (over the WebSocket, the
+same events ride on the socket after a `subscribe` frame: app/domain/chat/websocket.py). Server-sent events named after the
+event (`reply_started`, `conversation_renamed`, ...; app/domain/chat/push_events.py), with keepalive
+comments when idle; no ids, since a page that reconnects refetches what it shows (`resync`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import msgspec
+from litestar import get
+from litestar.di import Provide
+from litestar.exceptions import NotAuthorizedException
+from litestar.response import Stream
+
+from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.models import User
+from app.domain.chat.push_events import PushEvent, UserPush
+from app.domain.sse import STREAM_HEADERS
+from app.settings import Settings
+from app.streaming.framing import SSE_KEEPALIVE
+
+_encode = msgspec.json.Encoder().encode
+
+
+def sse_frame(event: PushEvent) -> bytes:
+    name = type(event).__struct_config__.tag
+    return b"event: %s\ndata: %s\n\n" % (str(name).encode(), _encode(event))
+
+
+@get(
+    "/api/events",
+    dependencies={"user": Provide(current_user)},
+    raises=[NotAuthorizedException],
+    # Like /ws, not in the OpenAPI document: an endless stream, which a client generated from the
+    # document (or the schema fuzzer, tests/serving/test_api_fuzz.py) would read forever.
+    include_in_schema=False,
+)
+async def user_events(user: User, push: UserPush, settings: Settings) -> Stream:
+    """This user's events, for one page: replies started and ended on their other pages, and
+    conversations created, renamed or deleted. Nothing of any other user's."""
+    events = push.follow(user.id, settings.keepalive_s)
+
+    async def body() -> AsyncIterator[bytes]:
+        # The first keepalive says "subscribed". A client that goes away cancels the response:
+        # `aclosing` then unsubscribes its channel.
+        async with aclosing(events):
+            async for event in events:
+                yield SSE_KEEPALIVE if event is None else sse_frame(event)
+
+    return Stream(body(), media_type="text/event-stream", headers=STREAM_HEADERS)

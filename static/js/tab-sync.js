@@ -1,0 +1,103 @@
+/**
+ * What the page does with the user's events from their other tabs and devices (push.js): a reply
+ * started elsewhere gets its dot in the list and, in the conversation on screen, is resumed like
+ * any reply (so it streams here and Stop works here too); created, renamed and deleted
+ * conversations show at once. Events about what this page did itself change nothing twice.
+ */
+
+import { api } from "./api.js";
+import { DEFAULT_TITLE } from "./conversation-list.js";
+
+export class TabSync {
+  /**
+   * @param conversations  the ConversationList
+   * @param replies        the page's Replies (what streams here)
+   * @param reload         (id): reload the conversation on screen (resumes a reply it streams)
+   * @param onGone         (conversation): it was deleted (the list's onDeleted)
+   */
+  constructor({ conversations, replies, reload, onGone }) {
+    Object.assign(this, { conversations, replies, reload, onGone });
+    this.elsewhere = new Map(); // conversationId -> messageId of a reply streaming in another tab
+  }
+
+  /** A reply streams in this conversation, here or in another tab. */
+  isLive(id) {
+    return this.elsewhere.has(id);
+  }
+
+  handle(ev) {
+    const list = this.conversations;
+    const id = ev.conversation_id != null ? String(ev.conversation_id) : null;
+    switch (ev.event) {
+      case "reply_started": {
+        this.elsewhere.set(id, String(ev.message_id));
+        const c = list.find(id);
+        if (!c || !c.title || c.title === DEFAULT_TITLE) this.refetch(); // it may have named itself
+        else list.touch(id, null);
+        list.markStreaming();
+        if (id === list.currentId && !this.replies.liveFor(id)) this.reload(id);
+        return;
+      }
+      case "reply_ended":
+        if (this.elsewhere.get(id) === String(ev.message_id)) this.elsewhere.delete(id);
+        list.markStreaming();
+        return;
+      case "conversation_created":
+        if (!list.find(id)) {
+          const now = new Date().toISOString();
+          list.add({ id, title: ev.title, created_at: now, updated_at: now });
+          list.render();
+        }
+        return;
+      case "conversation_renamed": {
+        const c = list.find(id);
+        if (!c) return void this.refetch();
+        if (c.title === ev.title) return;
+        c.title = ev.title;
+        list.render();
+        list.onTitle(c);
+        return;
+      }
+      case "conversation_deleted": {
+        this.elsewhere.delete(id);
+        const c = list.find(id);
+        if (!c) return;
+        list.forget(id);
+        list.render();
+        this.onGone(c);
+        return;
+      }
+      case "resync":
+        this.resync();
+        return;
+      default:
+        return; // an event this page does not know yet
+    }
+  }
+
+  /** The channel came back after a gap (or the page fell behind): refetch what is shown. */
+  resync() {
+    this.refetch();
+    const id = this.conversations.currentId;
+    if (id && !this.replies.liveFor(id)) this.reload(id);
+  }
+
+  /** The list again from the server (titles, order, deletions), keeping the page's selection. */
+  async refetch() {
+    let items;
+    try {
+      items = (await api.get("/api/conversations")) || [];
+    } catch {
+      return; // the next event or reconnect tries again
+    }
+    const list = this.conversations;
+    const gone = list.items.filter((c) => !items.some((n) => n.id === c.id));
+    list.items = items;
+    list.render();
+    for (const c of items) if (c.id === list.currentId) list.onTitle(c);
+    for (const c of gone) {
+      this.elsewhere.delete(c.id);
+      this.onGone(c);
+    }
+  }
+}
