@@ -37,6 +37,13 @@ def _as_chat(rows: Any) -> list[dict[str, str]]:
     ]
 
 
+def with_system_prompt(system_prompt: str, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation's system prompt first (from its settings: chat_settings.py), if it has one."""
+    if not system_prompt.strip():
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
+
+
 async def conversation_history(sessions: Sessions, conversation_id: UUID) -> list[dict[str, str]]:
     """The conversation as chat messages for the prompt, oldest first."""
     async with transaction(sessions) as session:

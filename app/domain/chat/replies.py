@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from app.db.session import Sessions
-from app.domain.chat import conversations, prompts, reply_rows
+from app.domain.chat import chat_settings, conversations, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Conversation, Message, MessageRole
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
@@ -122,17 +122,20 @@ class ReplyService:
         if conversation is None:
             raise conversations.ConversationNotFoundError(conversation_id)
         content = self.limits.content(request.content)
-        params = self.limits.sampling(request, self.manager.engine.context_size)
-        generation = await self.start(user_id, conversation, content, params)
+        chosen = await chat_settings.for_conversation(self.sessions, conversation.id)
+        options = chat_settings.turn_options(request, chosen)
+        params = self.limits.sampling(options, self.manager.engine.context_size)
+        generation = await self.start(
+            user_id, conversation, content, params, system_prompt=chosen.system_prompt
+        )
         return self._from_start(generation, transport)
 
     async def regenerate(
         self, user_id: UUID, message_id: UUID, options: ReplyOptions, *, transport: str
     ) -> ReplyEvents:
         """Answer the latest reply's question again; the new reply takes the old one's place."""
-        params = self.limits.sampling(options, self.manager.engine.context_size)
         try:
-            generation = await self._regenerate(user_id, message_id, params)
+            generation = await self._regenerate(user_id, message_id, options)
         except conversations.ConversationNotFoundError as exc:  # deleted meanwhile, with it
             raise NotFoundError(message_id) from exc
         return self._from_start(generation, transport)
@@ -178,15 +181,18 @@ class ReplyService:
         params: SamplingParams,
         *,
         extra_messages: list[dict[str, str]] | None = None,
+        system_prompt: str = "",
     ) -> Generation:
         """Validate, persist the turn, start generating. Raises EngineError (or TooManyRepliesError:
         the user is at `max_replies_per_user`) before writing anything.
 
-        `extra_messages` (the OpenAI API's full message list) replaces the stored history when given.
+        `extra_messages` (the OpenAI API's full message list) replaces the stored history when given;
+        `system_prompt` (the conversation's) goes before the stored history.
         """
         if extra_messages is None:
             history = await prompts.conversation_history(self.sessions, conversation.id)
-            messages = [*history, {"role": "user", "content": content}]
+            turn = [*history, {"role": "user", "content": content}]
+            messages = prompts.with_system_prompt(system_prompt, turn)
         else:
             messages = extra_messages
 
@@ -205,7 +211,7 @@ class ReplyService:
         return await self._launch(user_id, messages, params, write)
 
     async def _regenerate(
-        self, user_id: UUID, message_id: UUID, params: SamplingParams
+        self, user_id: UUID, message_id: UUID, options: ReplyOptions
     ) -> Generation:
         """Answer a reply's question again; the new reply takes the old one's place.
 
@@ -216,7 +222,11 @@ class ReplyService:
         old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
-        messages, question_id = await prompts.regeneration_prompt(self.sessions, old)
+        chosen = await chat_settings.for_conversation(self.sessions, old.conversation_id)
+        options = chat_settings.turn_options(options, chosen)
+        params = self.limits.sampling(options, self.manager.engine.context_size)
+        history, question_id = await prompts.regeneration_prompt(self.sessions, old)
+        messages = prompts.with_system_prompt(chosen.system_prompt, history)
 
         async def write(request_id: str) -> tuple[Message, str, str]:
             reply = await reply_rows.replace_reply(
