@@ -18,6 +18,7 @@ import { $, announcer } from "./dom.js";
 import { MessageList } from "./message-list.js";
 import { MessageView } from "./message-view.js";
 import { ReplyState } from "./reply.js";
+import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
 import { Sidebar } from "./sidebar.js";
@@ -112,6 +113,23 @@ const account = new AccountDialog({
   logout: $("#logout"),
   announce,
 });
+
+new SettingsPanel({
+  dialog: $("#settings-dialog"),
+  openButton: $("#open-settings"),
+  currentId: () => conversations.currentId,
+  ensureConversation,
+  announce,
+});
+
+/** The open conversation's id, starting one first if none is open (for its settings). */
+async function ensureConversation() {
+  if (conversations.currentId) return conversations.currentId;
+  const created = await api.post("/api/conversations", {});
+  conversations.add(created);
+  await openConversation(created.id, { fresh: true });
+  return created.id;
+}
 
 messages.el.addEventListener("message-retry", (e) => replies.retry(conversations.currentId, e.detail.view));
 messages.el.addEventListener("message-regenerate", (e) => replies.regenerate(conversations.currentId, e.detail.view));

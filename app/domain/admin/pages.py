@@ -15,6 +15,7 @@ from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
 from app.domain.admin.charts import histogram_svg, states_over_time_svg
 from app.domain.admin.views import kill_reply, live_generations, message_row
+from app.domain.chat import chat_settings
 from app.domain.chat.replies import ReplyService
 from app.domain.json_input import text_problem
 from app.engine import Engine
@@ -126,6 +127,7 @@ class AdminPages(Controller):
             raise NotFoundException("no such conversation")
         messages = await queries.admin_list_messages(sessions, conversation_id)
         owner = await accounts.get_user(sessions, conversation.user_id)
+        chosen = await chat_settings.for_conversation(sessions, conversation_id)
         return Template(
             "admin/conversation.html",
             context=dict(
@@ -138,6 +140,7 @@ class AdminPages(Controller):
                     "updated_at": conversation.updated_at,
                 },
                 messages=[message_row(m) for m in messages],
+                settings={"system_prompt": chosen.system_prompt, "sampling": chosen.given()},
             ),
         )
 
