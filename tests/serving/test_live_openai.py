@@ -184,11 +184,11 @@ def test_penalties_and_min_p_are_taken(client: openai.OpenAI, model: str, engine
     `repeat_penalty` (through the client's `extra_body`), reach the engine: on a prompt that
     makes SmolLM2 repeat itself, the greedy reply changes (the fake TensorRT-LLM's reply does not
     depend on sampling, so there it is only accepted)."""
-    repetitive = [{"role": "user", "content": "Write the word 'tea' forty times."}]
+    repetitive = [{"role": "user", "content": "Repeat after me: la la la la la la la la la la"}]
 
     def reply(**params: Any) -> str:
         done = client.chat.completions.create(
-            model=model, messages=repetitive, max_tokens=32, **GREEDY, **params
+            model=model, messages=repetitive, max_tokens=48, **GREEDY, **params
         )
         assert done.choices[0].finish_reason in ("stop", "length")
         return done.choices[0].message.content or ""
