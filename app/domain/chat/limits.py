@@ -16,12 +16,13 @@ from app.engine.base import SamplingParams
 
 # The settings a reply gets when neither its request nor its conversation gives them, chosen for
 # the bundled SmolLM2-135M-Instruct. Its GGUF carries no sampling metadata (no `general.sampling.*`
-# keys), and its model card generates with temperature 0.2 and top-p 0.9. At the old defaults
-# (temperature 0.7, top-p 1, nothing else) a 135M model often loses the thread and loops: "Hi" ran
-# to the 512-token limit repeating one sentence. min-p 0.05 (llama.cpp's own default) drops the
-# long tail a small model puts weight on, and a mild repeat penalty (1.1, llama.cpp's long-standing
-# CLI value) breaks loops without hurting short answers. Measured with bench/reply_endings.py
-# (20 everyday prompts, seeds fixed, 512 tokens): see the table in bench/README.md.
+# keys); its model card generates with temperature 0.2 and top-p 0.9. Those alone make a 135M
+# model loop more, not less (it settles into its likeliest sentence and repeats it): what ends
+# replies is a mild repeat penalty (1.1; llama.cpp's own default is 1.0, off); min-p 0.05
+# (llama.cpp's default, common/common.h) trims the long tail a small model puts weight on. bench/reply_endings.py,
+# 20 everyday prompts x 2 seeds, 512 tokens, share of replies cut by the limit: old defaults
+# (temperature 0.7, top-p 1) 5% (30% in a 1-seed run), the card's 32%, card + min-p 25%,
+# card + repeat penalty 2.5%, these 2.5% (0% in the 1-seed run). Figures in bench/README.md.
 MODEL_DEFAULTS = ReplyOptions(
     temperature=0.2,
     top_p=0.9,
