@@ -22,7 +22,8 @@ from app.engine.base import SamplingParams
 # (llama.cpp's default, common/common.h) trims the long tail a small model puts weight on. bench/reply_endings.py,
 # 20 everyday prompts x 2 seeds, 512 tokens, share of replies cut by the limit: old defaults
 # (temperature 0.7, top-p 1) 5% (30% in a 1-seed run), the card's 32%, card + min-p 25%,
-# card + repeat penalty 2.5%, these 2.5% (0% in the 1-seed run). Figures in bench/README.md.
+# card + repeat penalty 2.5%, these 2.5% (0% with min-p first, as the engine now applies it;
+# 0% in the 1-seed run). Figures in bench/README.md.
 MODEL_DEFAULTS = ReplyOptions(
     temperature=0.2,
     top_p=0.9,
