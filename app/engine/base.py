@@ -74,6 +74,13 @@ class SamplingParams:
     top_k: int = 0  # 0 means no top-k cut
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    min_p: float = 0.0  # drop tokens less likely than min_p x the likeliest one; 0 means off
+    # Penalties on the tokens of the reply so far (not the prompt's), as OpenAI defines them:
+    # logit -= count * frequency_penalty + (count > 0) * presence_penalty; 0 means off.
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    # llama.cpp's (CTRL's) multiplicative penalty on the same tokens: 1 means off, > 1 discourages.
+    repeat_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -86,6 +93,18 @@ class SamplingParams:
             raise ValueError("top_k must be 0 (off) or positive")
         if len(self.stop) > 4 or any(not s for s in self.stop):
             raise ValueError("at most 4 stop strings, none empty")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError("min_p must be between 0 and 1")
+        for name in ("frequency_penalty", "presence_penalty"):  # OpenAI's range
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be between -2 and 2")
+        if not 0.0 < self.repeat_penalty <= 2.0:
+            raise ValueError("repeat_penalty must be in (0, 2]")
+
+    @property
+    def penalised(self) -> bool:
+        """Whether any penalty is on (each engine leaves them out otherwise)."""
+        return (self.frequency_penalty, self.presence_penalty, self.repeat_penalty) != (0, 0, 1)
 
     @property
     def greedy(self) -> bool:

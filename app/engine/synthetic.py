@@ -16,6 +16,8 @@ exercised and measured without a model:
 - the reply is made by `synthetic_text`: deterministic, 4-byte "tokens" of mixed scripts, ending on
   its own (`stop`) after a prompt-determined number of tokens unless `max_tokens` or the context
   comes first (`length`); markers in the last user message inject a failure or fix the length.
+  Of the sampling settings only `max_tokens`, `seed` and `stop` change it; the others (temperature,
+  top-p/k, min-p, the penalties) are accepted, validated by `SamplingParams`, and have no effect.
 """
 
 from __future__ import annotations

@@ -165,6 +165,16 @@ def sampling_kwargs(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
             kwargs["top_k"] = params.top_k
     if params.seed is not None:
         kwargs["seed"] = params.seed
+    # tensorrt_llm/sampling_params.py: `min_p`, `repetition_penalty`, `presence_penalty` and
+    # `frequency_penalty` (None: the runtime's neutral default); set only when they do something.
+    if params.min_p > 0.0 and not params.greedy:
+        kwargs["min_p"] = params.min_p
+    if params.repeat_penalty != 1.0:
+        kwargs["repetition_penalty"] = params.repeat_penalty
+    if params.presence_penalty != 0.0:
+        kwargs["presence_penalty"] = params.presence_penalty
+    if params.frequency_penalty != 0.0:
+        kwargs["frequency_penalty"] = params.frequency_penalty
     return kwargs
 
 

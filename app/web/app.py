@@ -40,6 +40,7 @@ from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
 from app.domain.chat.controllers import chat_router
 from app.domain.chat.push_routes import user_events
+from app.domain.chat.settings_controllers import settings_router
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
 from app.domain.refusals import DOMAIN_ERRORS
@@ -157,6 +158,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             ApiKeyController,
             chat_router,
             user_events,
+            settings_router,
             AdminApiController,
             AdminPages,
             chat_socket,

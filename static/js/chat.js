@@ -20,6 +20,7 @@ import { MessageList } from "./message-list.js";
 import { MessageView } from "./message-view.js";
 import { Push } from "./push.js";
 import { ReplyState } from "./reply.js";
+import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
 import { Sidebar } from "./sidebar.js";
@@ -131,6 +132,23 @@ const account = new AccountDialog({
   logout: $("#logout"),
   announce,
 });
+
+new SettingsPanel({
+  dialog: $("#settings-dialog"),
+  openButton: $("#open-settings"),
+  currentId: () => conversations.currentId,
+  ensureConversation,
+  announce,
+});
+
+/** The open conversation's id, starting one first if none is open (for its settings). */
+async function ensureConversation() {
+  if (conversations.currentId) return conversations.currentId;
+  const created = await api.post("/api/conversations", {});
+  conversations.add(created);
+  await openConversation(created.id, { fresh: true });
+  return created.id;
+}
 
 // Both replace the reply whose button was pressed: the focus goes to the composer, not to <body>.
 messages.el.addEventListener("message-retry", (e) => {

@@ -28,12 +28,18 @@ from app.db.migrate import (
 )
 from app.domain.accounts import models as accounts_models
 from app.domain.chat import models as chat_models
+from app.domain.chat import settings_models as chat_settings_models
 from app.settings import Settings
 from tests.db.alchemy_config import make_alchemy_config
 
-REGISTERED_MODELS = (accounts_models, chat_models)  # as migrations/env.py registers them
+REGISTERED_MODELS = (
+    accounts_models,
+    chat_models,
+    chat_settings_models,
+)  # as migrations/env.py registers them
 
 OUR_TABLES = {"users", "api_keys", "conversations", "messages"}
+OUR_TABLES |= {"conversation_settings", "user_chat_defaults"}  # 0006
 HEAD = head_revision()
 
 

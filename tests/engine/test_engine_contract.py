@@ -104,6 +104,16 @@ async def test_contract_a_reply_streams_and_ends_with_one_finished(engine: Engin
     assert engine.stats().tokens_generated >= GREEDY.max_tokens
 
 
+async def test_contract_min_p_and_penalties_are_accepted_sampled_and_greedy(
+    engine: Engine,
+) -> None:
+    tuned = {"min_p": 0.1, "frequency_penalty": 0.5, "presence_penalty": 0.5, "repeat_penalty": 1.3}
+    for rid, temperature in (("sampled", 0.8), ("greedy", 0.0)):
+        params = SamplingParams(max_tokens=12, temperature=temperature, seed=5, **tuned)
+        text, _, fin = await collect(engine.generate(rid, LONG, params))
+        assert text and fin.reason is FinishReason.LENGTH and fin.completion_tokens == 12
+
+
 async def test_contract_stop_string_ends_the_reply_before_it(engine: Engine) -> None:
     text, _, _ = await collect(engine.generate("a", LONG, GREEDY))
     stop = text[len(text) // 2 : len(text) // 2 + 3]

@@ -491,6 +491,43 @@ async def test_seeded_sampling_is_reproducible() -> None:
     assert replies[1] == replies[3] and replies[1] != replies[0]
 
 
+REPETITIVE = "Repeat after me: la la la la la la la la la la la la la la la la"
+
+
+def most_repeated(text: str) -> int:
+    words = text.lower().replace(",", " ").split()
+    return max((words.count(w) for w in set(words)), default=0)
+
+
+@module_loop
+async def test_penalties_change_a_greedy_reply_on_a_repetitive_prompt(
+    engine: LlamaCppEngine,
+) -> None:
+    """The penalty sampler really joins the chain (llama_sampler_init_penalties): on a prompt
+    that makes SmolLM2 repeat itself, greedy output changes and repeats itself less."""
+    plain = SamplingParams(max_tokens=60, temperature=0.0)
+    base, _, _ = await run(engine, "rep-base", REPETITIVE, plain)
+    assert most_repeated(base) >= 8, base  # the prompt does make it repeat ("I am a loyal...")
+    for rid, penalty in (
+        ("rep-repeat", {"repeat_penalty": 1.8}),
+        ("rep-freq", {"frequency_penalty": 1.5}),
+        ("rep-presence", {"presence_penalty": 2.0}),
+    ):
+        params = SamplingParams(max_tokens=60, temperature=0.0, **penalty)
+        text, _, _ = await run(engine, rid, REPETITIVE, params)
+        assert text != base and most_repeated(text) < most_repeated(base), (penalty, text)
+
+
+@module_loop
+async def test_min_p_of_one_samples_like_greedy(engine: LlamaCppEngine) -> None:
+    """min_p 1 keeps only the likeliest token (llama_sampler_init_min_p, min_keep 1), so even a
+    hot temperature cannot stray from the greedy reply."""
+    greedy, _, _ = await run(engine, "minp-greedy", QUESTIONS[6], GREEDY)
+    hot = SamplingParams(max_tokens=GREEDY.max_tokens, temperature=2.0, min_p=1.0, seed=7)
+    text, _, _ = await run(engine, "minp-hot", QUESTIONS[6], hot)
+    assert text == greedy
+
+
 @module_loop
 async def test_prompt_over_the_context_is_refused(engine: LlamaCppEngine) -> None:
     with pytest.raises(PromptTooLongError) as info:

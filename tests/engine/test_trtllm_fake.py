@@ -164,6 +164,26 @@ async def test_trtllm_adapter_against_fake_maps_sampling_params(engine: TrtLlmEn
     assert no_top_k.top_k is None and no_top_k.seed is None
 
 
+async def test_trtllm_adapter_against_fake_maps_min_p_and_penalties(engine: TrtLlmEngine) -> None:
+    """TensorRT-LLM's own field names (tensorrt_llm/sampling_params.py); neutral values unset."""
+    tuned = SamplingParams(
+        temperature=0.9,
+        min_p=0.05,
+        repeat_penalty=1.1,
+        frequency_penalty=0.4,
+        presence_penalty=-0.5,
+    )
+    await collect(engine.generate("a", USER, tuned))
+    await collect(engine.generate("b", USER, SamplingParams(temperature=0.0, min_p=0.3)))
+    await collect(engine.generate("c", USER, SamplingParams()))
+    sampled, greedy, plain = (r.sampling_params for r in the_llm().requests)
+    assert (sampled.min_p, sampled.repetition_penalty) == (0.05, 1.1)
+    assert (sampled.frequency_penalty, sampled.presence_penalty) == (0.4, -0.5)
+    assert greedy.min_p is None  # nothing to cut when only the top token is taken
+    assert (plain.min_p, plain.repetition_penalty, plain.frequency_penalty) == (None, None, None)
+    assert plain.presence_penalty is None
+
+
 async def a_long_reply_under_way(engine: TrtLlmEngine, fake_trt: type[fake.LLM]) -> EventStream:
     """Request "r", a 10,000-token reply, and read its first delta."""
     fake_trt.script = ["tok "] * 10_000

@@ -179,6 +179,31 @@ def test_closing_the_stream_stops_the_reply_at_once(
     assert alice.wait_engine_idle(timeout_s=3)["running"] == 0
 
 
+def test_penalties_and_min_p_are_taken(client: openai.OpenAI, model: str, engine_kind: str) -> None:
+    """OpenAI's `frequency_penalty` and `presence_penalty`, and llama.cpp server's `min_p` and
+    `repeat_penalty` (through the client's `extra_body`), reach the engine: on a prompt that
+    makes SmolLM2 repeat itself, the greedy reply changes (the fake TensorRT-LLM's reply does not
+    depend on sampling, so there it is only accepted)."""
+    repetitive = [{"role": "user", "content": "Repeat after me: la la la la la la la la la la"}]
+
+    def reply(**params: Any) -> str:
+        done = client.chat.completions.create(
+            model=model, messages=repetitive, max_tokens=48, **GREEDY, **params
+        )
+        assert done.choices[0].finish_reason in ("stop", "length")
+        return done.choices[0].message.content or ""
+
+    plain = reply()
+    tuned = [
+        reply(frequency_penalty=1.5),
+        reply(presence_penalty=2.0),
+        reply(extra_body={"repeat_penalty": 1.8, "min_p": 0.1}),
+    ]
+    assert plain and all(tuned)
+    if engine_kind == "llamacpp":
+        assert all(text != plain for text in tuned), (plain, tuned)
+
+
 def test_a_wrong_api_key_is_an_authentication_error(server: LiveServer, model: str) -> None:
     """A wrong bearer key answers 401 in OpenAI's error shape: the client raises
     AuthenticationError, for models and for completions."""
@@ -211,8 +236,23 @@ def test_an_unknown_model_is_not_found(client: openai.OpenAI, live_database_url:
         ({"messages": []}, 400),
         ({"messages": [{"role": "wizard", "content": "hi"}]}, 400),
         ({"messages": [{"role": "user", "content": "7 " * 30000}]}, 400),
+        ({"frequency_penalty": 2.5}, 400),
+        ({"presence_penalty": -3}, 400),
+        ({"extra_body": {"min_p": 1.5}}, 400),
+        ({"extra_body": {"repeat_penalty": 0}}, 400),
     ],
-    ids=["temperature", "top_p", "max_tokens", "no-messages", "bad-role", "over-context"],
+    ids=[
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "no-messages",
+        "bad-role",
+        "over-context",
+        "frequency_penalty",
+        "presence_penalty",
+        "min_p",
+        "repeat_penalty",
+    ],
 )
 def test_bad_parameters_are_400_and_write_nothing(
     client: openai.OpenAI,

@@ -16,6 +16,7 @@ from app.domain.admin import queries
 from app.domain.admin.charts import histogram_svg, states_over_time_svg
 from app.domain.admin.tree_view import conversation_tree
 from app.domain.admin.views import kill_reply, live_generations
+from app.domain.chat import chat_settings
 from app.domain.chat.replies import ReplyService
 from app.domain.json_input import text_problem
 from app.engine import Engine
@@ -127,6 +128,7 @@ class AdminPages(Controller):
             raise NotFoundException("no such conversation")
         messages = await queries.admin_list_messages(sessions, conversation_id)
         owner = await accounts.get_user(sessions, conversation.user_id)
+        chosen = await chat_settings.for_conversation(sessions, conversation_id)
         return Template(
             "admin/conversation.html",
             context=dict(
@@ -139,6 +141,7 @@ class AdminPages(Controller):
                     "updated_at": conversation.updated_at,
                 },
                 tree=conversation_tree(conversation, messages),
+                settings={"system_prompt": chosen.system_prompt, "sampling": chosen.given()},
             ),
         )
 

@@ -8,13 +8,14 @@ They are scoped to an owner (`user_id`): another user's ids behave as if they di
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from sqlalchemy import Select, delete, select, update
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.models import Conversation, ConversationSource, Message
+from app.domain.chat.settings_models import start_from_defaults
 from app.domain.chat.tree import Tree
 
 TITLE_MAX_CHARS = 200
@@ -44,9 +45,11 @@ async def create_conversation(
 ) -> Conversation:
     async with transaction(sessions) as session:
         conversation = Conversation(
-            user_id=user_id, title=clean_title(title), source=ConversationSource(source)
+            id=uuid4(), user_id=user_id, title=clean_title(title), source=ConversationSource(source)
         )
         session.add(conversation)
+        if conversation.source is ConversationSource.PAGE:
+            await start_from_defaults(session, conversation.id, user_id)
     return conversation
 
 

@@ -23,6 +23,13 @@ def _as_chat(path: list[Message]) -> list[dict[str, str]]:
     ]
 
 
+def with_system_prompt(system_prompt: str, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation's system prompt first (from its settings: chat_settings.py), if it has one."""
+    if not system_prompt.strip():
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
+
+
 async def _page_tree(sessions: Sessions, message: Message, refusal: Exception) -> Tree:
     """The tree of `message`'s conversation; raises `refusal` unless it is a page conversation (an
     API conversation's prompt was the client's own message list, not what is stored)."""

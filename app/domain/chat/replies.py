@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from app.db.session import Sessions
-from app.domain.chat import branches, conversations, prompts, reply_rows
+from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Conversation, Message, MessageRole
 from app.domain.chat.push_events import UserPush
@@ -126,8 +126,12 @@ class ReplyService:
         if conversation is None:
             raise conversations.ConversationNotFoundError(conversation_id)
         content = self.limits.content(request.content)
-        params = self.limits.sampling(request, self.manager.engine.context_size)
-        generation = await self.start(user_id, conversation, content, params)
+        chosen = await chat_settings.for_conversation(self.sessions, conversation.id)
+        options = chat_settings.turn_options(request, chosen)
+        params = self.limits.sampling(options, self.manager.engine.context_size)
+        generation = await self.start(
+            user_id, conversation, content, params, system_prompt=chosen.system_prompt
+        )
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -135,9 +139,8 @@ class ReplyService:
     ) -> ReplyEvents:
         """Answer the latest reply's question again: a new version of the reply, shown from now on
         (the old one stays, a version away)."""
-        params = self.limits.sampling(options, self.manager.engine.context_size)
         try:
-            generation = await self._regenerate(user_id, message_id, params)
+            generation = await self._regenerate(user_id, message_id, options)
         except conversations.ConversationNotFoundError as exc:  # deleted meanwhile, with it
             raise NotFoundError(message_id) from exc
         return self._from_start(generation, transport)
@@ -148,9 +151,8 @@ class ReplyService:
         """Send a new version of one of the user's questions; its reply streams from its start
         (the old question and its replies stay, a version away)."""
         content = self.limits.content(request.content)
-        params = self.limits.sampling(request, self.manager.engine.context_size)
         try:
-            generation = await self._edit(user_id, message_id, content, params)
+            generation = await self._edit(user_id, message_id, content, request)
         except conversations.ConversationNotFoundError as exc:  # deleted meanwhile, with it
             raise NotFoundError(message_id) from exc
         return self._from_start(generation, transport)
@@ -196,16 +198,19 @@ class ReplyService:
         params: SamplingParams,
         *,
         extra_messages: list[dict[str, str]] | None = None,
+        system_prompt: str = "",
     ) -> Generation:
         """Validate, persist the turn, start generating. Raises EngineError (or TooManyRepliesError:
         the user is at `max_replies_per_user`) before writing anything.
 
-        `extra_messages` (the OpenAI API's full message list) replaces the stored history when given.
+        `extra_messages` (the OpenAI API's full message list) replaces the stored history when given;
+        `system_prompt` (the conversation's) goes before the stored history.
         """
         parent_id = None  # the API's turns follow the conversation's end
         if extra_messages is None:
             history, parent_id = await prompts.branch_prompt(self.sessions, conversation.id)
-            messages = [*history, {"role": "user", "content": content}]
+            turn = [*history, {"role": "user", "content": content}]
+            messages = prompts.with_system_prompt(system_prompt, turn)
         else:
             messages = extra_messages
 
@@ -225,7 +230,7 @@ class ReplyService:
         return await self._launch(user_id, messages, params, write)
 
     async def _regenerate(
-        self, user_id: UUID, message_id: UUID, params: SamplingParams
+        self, user_id: UUID, message_id: UUID, options: ReplyOptions
     ) -> Generation:
         """Answer a reply's question again; the new reply is a new version next to the old one.
 
@@ -236,7 +241,11 @@ class ReplyService:
         old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
-        messages, question_id = await prompts.regeneration_prompt(self.sessions, old)
+        chosen = await chat_settings.for_conversation(self.sessions, old.conversation_id)
+        options = chat_settings.turn_options(options, chosen)
+        params = self.limits.sampling(options, self.manager.engine.context_size)
+        history, question_id = await prompts.regeneration_prompt(self.sessions, old)
+        messages = prompts.with_system_prompt(chosen.system_prompt, history)
 
         async def write(request_id: str) -> tuple[Message, str, str]:
             reply = await branches.add_sibling_reply(
@@ -251,14 +260,19 @@ class ReplyService:
         return await self._launch(user_id, messages, params, write)
 
     async def _edit(
-        self, user_id: UUID, message_id: UUID, content: str, params: SamplingParams
+        self, user_id: UUID, message_id: UUID, content: str, options: ReplyOptions
     ) -> Generation:
-        """The edited question and its reply, in `start`'s order. Raises NotFoundError,
-        branches.NotEditableError, TooManyRepliesError or EngineError before writing anything."""
+        """The edited question and its reply, in `start`'s order, with the conversation's settings
+        like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
+        EngineError before writing anything."""
         edited = await conversations.get_message(self.sessions, user_id, message_id)
         if edited is None or edited.role is not MessageRole.USER:
             raise NotFoundError(message_id)
-        messages = await prompts.edit_prompt(self.sessions, edited, content)
+        chosen = await chat_settings.for_conversation(self.sessions, edited.conversation_id)
+        options = chat_settings.turn_options(options, chosen)
+        params = self.limits.sampling(options, self.manager.engine.context_size)
+        turn = await prompts.edit_prompt(self.sessions, edited, content)
+        messages = prompts.with_system_prompt(chosen.system_prompt, turn)
 
         async def write(request_id: str) -> tuple[Message, str, str]:
             question, reply = await branches.add_edited_turn(

@@ -38,6 +38,10 @@ class ReplyOptions(msgspec.Struct, forbid_unknown_fields=True):
     top_k: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repeat_penalty: float | None = None
 
 
 class SendMessage(ReplyOptions, kw_only=True):

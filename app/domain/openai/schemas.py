@@ -47,6 +47,10 @@ class ChatCompletionRequest(msgspec.Struct):
     top_p: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    min_p: float | None = None  # not OpenAI's: llama.cpp's server takes these two as well
+    repeat_penalty: float | None = None
     n: int = 1
     user: str | None = None
 

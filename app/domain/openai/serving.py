@@ -34,6 +34,12 @@ from app.streaming.events import Delta, Final, StreamEvent
 from app.streaming.framing import OpenAIChunks, openai_completion
 
 ROLES = {"system", "user", "assistant"}
+# OpenAI's own defaults for its fields, so a client gets what OpenAI's documentation promises;
+# the settings OpenAI has no field for (min_p, repeat_penalty) keep the model's defaults
+# (app/domain/chat/limits.py MODEL_DEFAULTS).
+OPENAI_DEFAULTS = ReplyOptions(
+    temperature=1.0, top_p=1.0, frequency_penalty=0.0, presence_penalty=0.0
+)
 
 
 class OpenAIServingChat:
@@ -69,12 +75,18 @@ class OpenAIServingChat:
         given = (body.max_completion_tokens, body.max_tokens)
         options = ReplyOptions(
             max_tokens=next((v for v in given if v is not None), None),  # 0 is given, and wrong
-            temperature=1.0 if body.temperature is None else body.temperature,  # OpenAI's default
+            temperature=body.temperature,
             top_p=body.top_p,
             seed=body.seed,
             stop=[body.stop] if isinstance(body.stop, str) else body.stop,
+            min_p=body.min_p,
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
+            repeat_penalty=body.repeat_penalty,
         )
-        return self.replies.limits.sampling(options, self.engine.context_size)
+        return self.replies.limits.sampling(
+            options, self.engine.context_size, defaults=OPENAI_DEFAULTS
+        )
 
     def messages(self, body: ChatCompletionRequest) -> list[dict[str, str]]:
         if not body.messages:

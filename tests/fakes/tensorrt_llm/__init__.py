@@ -88,6 +88,10 @@ class SamplingParams:
     seed: int | None = None
     temperature: float | None = None
     min_tokens: int | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    min_p: float | None = None
     detokenize: bool = True
     add_special_tokens: bool = True
     skip_special_tokens: bool = True

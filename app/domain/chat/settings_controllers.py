@@ -1,0 +1,72 @@
+"""The settings panel's API: a conversation's settings, and the user's defaults for new ones.
+
+    GET/PUT /api/conversations/{id}/settings     (another user's id answers 404)
+    GET/PUT /api/account/chat-defaults
+
+Routes only translate (app/domain/chat/chat_settings.py does the work); a value out of range is
+refused as a reply request's would be (400, through the app's exception map).
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from litestar import Controller, Router, get, put
+from litestar.di import Provide
+from litestar.exceptions import NotAuthorizedException, NotFoundException, PermissionDeniedException
+
+from app.db.session import Sessions
+from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.models import User
+from app.domain.chat import chat_settings
+from app.domain.chat.replies import ReplyService
+from app.domain.chat.settings_schemas import ChatSettings, SettingsView
+
+READ = [NotAuthorizedException, NotFoundException]
+WRITE = [*READ, PermissionDeniedException]
+
+
+class SettingsController(Controller):
+    @get("/conversations/{conversation_id:uuid}/settings", raises=READ)
+    async def conversation_settings(
+        self, replies: ReplyService, user: User, conversation_id: UUID
+    ) -> SettingsView:
+        chosen = await chat_settings.for_users_conversation(
+            replies.sessions, user.id, conversation_id
+        )
+        return chat_settings.view(chosen, replies.limits)
+
+    @put("/conversations/{conversation_id:uuid}/settings", raises=WRITE)
+    async def save_conversation_settings(
+        self, replies: ReplyService, user: User, conversation_id: UUID, data: ChatSettings
+    ) -> SettingsView:
+        """Used from the conversation's next turn on, send and regenerate alike."""
+        context_size = replies.manager.engine.context_size
+        chosen = chat_settings.checked(data, replies.limits, context_size)
+        await chat_settings.save_for_conversation(
+            replies.sessions, user.id, conversation_id, chosen
+        )
+        return chat_settings.view(chosen, replies.limits)
+
+    @get("/account/chat-defaults", raises=READ)
+    async def defaults(self, sessions: Sessions, replies: ReplyService, user: User) -> SettingsView:
+        chosen = await chat_settings.user_defaults(sessions, user.id)
+        return chat_settings.view(chosen, replies.limits)
+
+    @put("/account/chat-defaults", raises=WRITE)
+    async def save_defaults(
+        self, sessions: Sessions, replies: ReplyService, user: User, data: ChatSettings
+    ) -> SettingsView:
+        """What the user's new conversations start from (existing ones keep their own)."""
+        context_size = replies.manager.engine.context_size
+        chosen = chat_settings.checked(data, replies.limits, context_size)
+        await chat_settings.save_user_defaults(sessions, user.id, chosen)
+        return chat_settings.view(chosen, replies.limits)
+
+
+settings_router = Router(
+    "/api",
+    route_handlers=[SettingsController],
+    dependencies={"user": Provide(current_user)},
+    tags=["settings"],
+)
