@@ -13,8 +13,10 @@ from app.db.session import Sessions
 from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
-from app.domain.admin.charts import histogram_svg, states_over_time_svg
+from app.domain.admin.charts import histogram_svg, ratings_per_day_svg, states_over_time_svg
 from app.domain.admin.views import kill_reply, live_generations, message_row
+from app.domain.chat import ratings
+from app.domain.chat.models import Rating
 from app.domain.chat.replies import ReplyService
 from app.domain.json_input import text_problem
 from app.engine import Engine
@@ -60,10 +62,13 @@ class AdminPages(Controller):
         date_from: str | None = None,
         date_to: str | None = None,
         q: str | None = None,
+        rating: str | None = None,
         page: int = 1,
     ) -> Template:
         if status and status not in {s.value for s in Status}:
             raise ClientException(f"unknown status {status!r}")
+        if rating and rating not in {r.value for r in Rating}:
+            raise ClientException(f"unknown rating {rating!r}")
         try:
             user_id = UUID(user) if user else None
         except ValueError as exc:
@@ -76,6 +81,7 @@ class AdminPages(Controller):
             updated_after=_parse_date(date_from, "date_from"),
             updated_before=_day_after(_parse_date(date_to, "date_to")),  # inclusive end date
             search=q.strip() if q and q.strip() else None,
+            rating=Rating(rating) if rating else None,
         )
         page = min(max(1, page), MAX_PAGE)
         result = await queries.admin_list_conversations(
@@ -110,12 +116,14 @@ class AdminPages(Controller):
                     "date_from": date_from,
                     "date_to": date_to,
                     "q": q,
+                    "rating": rating,
                 },
                 page=page,
                 pages=last_page,
                 total=result.total,
                 users=users,
                 statuses=[s.value for s in Status],
+                ratings=[r.value for r in Rating],
             ),
         )
 
@@ -126,6 +134,8 @@ class AdminPages(Controller):
             raise NotFoundException("no such conversation")
         messages = await queries.admin_list_messages(sessions, conversation_id)
         owner = await accounts.get_user(sessions, conversation.user_id)
+        given = await ratings.ratings_of_messages(sessions, [m.id for m in messages])
+        rated = {str(r.message_id): {"rating": str(r.rating), "comment": r.comment} for r in given}
         return Template(
             "admin/conversation.html",
             context=dict(
@@ -138,6 +148,7 @@ class AdminPages(Controller):
                     "updated_at": conversation.updated_at,
                 },
                 messages=[message_row(m) for m in messages],
+                ratings=rated,  # message id -> the owner's rating (one per reply and user)
             ),
         )
 
@@ -162,6 +173,9 @@ class AdminPages(Controller):
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         hours = [hour - timedelta(hours=i) for i in range(47, -1, -1)]
         counts = await queries.message_status_counts(sessions, since=hours[0], bucket="hour")
+        today = hour.replace(hour=0)
+        days = [today - timedelta(days=i) for i in range(13, -1, -1)]
+        rated = await queries.rating_counts_per_day(sessions, since=days[0])
         return Template(
             "admin/charts.html",
             context=dict(
@@ -172,6 +186,11 @@ class AdminPages(Controller):
                     [(c.bucket_start, str(c.status), c.count) for c in counts],
                     "Replies by end state, per hour (last 48 h)",
                     hours,
+                ),
+                ratings_svg=ratings_per_day_svg(
+                    [(c.day, str(c.rating), c.count) for c in rated],
+                    "Reply ratings, per day (last 14 days)",
+                    days,
                 ),
             ),
         )
