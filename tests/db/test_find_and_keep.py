@@ -264,3 +264,55 @@ async def test_migration_0007_adds_and_removes_the_ratings_table(database_url: s
     await upgrade_database_async(database_url)
     assert await current_revision(database_url) == "0007"
     assert await _inspect(database_url, has)
+
+
+# -- the admin's view of ratings ----------------------------------------------------------------
+
+
+async def test_admin_filters_by_rating_and_counts_ratings_per_day(
+    db_sessions: Sessions, owner: User, conversation: Conversation
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from app.domain.admin.queries import ConversationFilter, admin_list_conversations
+    from app.domain.admin.queries import rating_counts_per_day as per_day
+    from app.domain.chat.models import ReplyRating
+
+    liked = conversation
+    disliked = await conversations.create_conversation(db_sessions, owner.id, "other")
+    unrated = await conversations.create_conversation(db_sessions, owner.id, "unrated")
+    _, up = await _turn(db_sessions, liked, "q", "a")
+    _, down = await _turn(db_sessions, disliked, "q", "a")
+    await _turn(db_sessions, unrated, "q", "a")
+    await ratings.rate_reply(db_sessions, owner.id, UUID(up), Rating.UP, "good")
+    await ratings.rate_reply(db_sessions, owner.id, UUID(down), Rating.DOWN, None)
+
+    async def listed(rating: Rating | None) -> set[UUID]:
+        page = await admin_list_conversations(db_sessions, ConversationFilter(rating=rating))
+        return {row.conversation.id for row in page.items}
+
+    assert await listed(Rating.UP) == {liked.id}
+    assert await listed(Rating.DOWN) == {disliked.id}
+    assert await listed(None) == {liked.id, disliked.id, unrated.id}
+
+    day = datetime(2030, 5, 6, tzinfo=UTC)
+    async with db_sessions() as session, session.begin():
+        await session.execute(
+            update(ReplyRating)
+            .where(ReplyRating.message_id == UUID(up))
+            .values(updated_at=day + timedelta(hours=23, minutes=59))
+        )
+        await session.execute(
+            update(ReplyRating)
+            .where(ReplyRating.message_id == UUID(down))
+            .values(updated_at=day + timedelta(days=1, minutes=1))
+        )
+    counts = await per_day(
+        db_sessions, since=day - timedelta(days=1), until=day + timedelta(days=3)
+    )
+    assert [(c.day, c.rating, c.count) for c in counts] == [
+        (day, Rating.UP, 1),
+        (day + timedelta(days=1), Rating.DOWN, 1),
+    ]
