@@ -238,7 +238,7 @@ async def test_a_reply_is_rated_once_per_user_changed_and_removed(
         await ratings.rate_reply(db_sessions, stranger.id, reply_id, Rating.UP, None)
     with pytest.raises(NotFoundError):  # a question is not a reply
         await ratings.rate_reply(db_sessions, owner.id, UUID(question), Rating.UP, None)
-    assert await ratings.conversation_ratings(db_sessions, stranger.id, conversation.id) == []
+    assert await ratings.conversation_ratings(db_sessions, stranger.id, conversation.id) is None
 
     assert await ratings.remove_rating(db_sessions, owner.id, reply_id) is True
     assert await ratings.remove_rating(db_sessions, owner.id, reply_id) is False

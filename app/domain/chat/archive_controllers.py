@@ -107,6 +107,8 @@ class ArchiveController(Controller):
     ) -> list[RatingResponse]:
         """The user's ratings of this conversation's replies."""
         rows = await ratings.conversation_ratings(sessions, user.id, conversation_id)
+        if rows is None:
+            raise ConversationNotFoundError(conversation_id)
         return [rating_response(row) for row in rows]
 
 

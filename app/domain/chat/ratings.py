@@ -14,7 +14,7 @@ from sqlalchemy import delete, select
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.conversations import owned_conversation_ids
-from app.domain.chat.models import Message, MessageRole, Rating, ReplyRating
+from app.domain.chat.models import Conversation, Message, MessageRole, Rating, ReplyRating
 from app.domain.chat.replies import NotFoundError
 
 MAX_COMMENT_CHARS = 2000
@@ -58,18 +58,20 @@ async def remove_rating(sessions: Sessions, user_id: UUID, message_id: UUID) -> 
 
 async def conversation_ratings(
     sessions: Sessions, user_id: UUID, conversation_id: UUID
-) -> list[ReplyRating]:
-    """The user's ratings of the replies in one of their conversations."""
+) -> list[ReplyRating] | None:
+    """The user's ratings of the replies in one of their conversations; None when it is not
+    theirs (or not there)."""
     async with transaction(sessions) as session:
+        owned = await session.scalar(
+            owned_conversation_ids(user_id).where(Conversation.id == conversation_id)
+        )
+        if owned is None:
+            return None
         return list(
             await session.scalars(
                 select(ReplyRating)
                 .join(Message, Message.id == ReplyRating.message_id)
-                .where(
-                    ReplyRating.user_id == user_id,
-                    Message.conversation_id == conversation_id,
-                    Message.conversation_id.in_(owned_conversation_ids(user_id)),
-                )
+                .where(ReplyRating.user_id == user_id, Message.conversation_id == conversation_id)
             )
         )
 

@@ -74,7 +74,7 @@ async def search_conversations(
     sessions: Sessions, user_id: UUID, query: str, *, limit: int = MAX_HITS
 ) -> list[SearchHit]:
     """The user's page conversations whose title or any shown message contains `query`, most
-    recently active first, one hit each (the title when it matches, else the newest message)."""
+    recently active first, one hit each (the newest matching message, else the title)."""
     query = " ".join(query.split())[:MAX_QUERY_CHARS]
     if not query:
         return []
@@ -97,12 +97,17 @@ async def search_conversations(
                 .limit(limit * 5)  # a few per conversation at most before `limit` are found
             )
         ).all()
-    hits: dict[UUID, SearchHit] = {
-        c.id: SearchHit(c, None, snippet(c.title, query)) for c in titled
-    }
+    # A message's snippet says more than the title (shown with every hit anyway, and often the
+    # first message itself): the title stands in only when no message matched.
+    hits: dict[UUID, SearchHit] = {}
     for conversation, message_id, content in in_text:
         if conversation.id not in hits:
             hits[conversation.id] = SearchHit(conversation, message_id, snippet(content, query))
+    for conversation in titled:
+        if conversation.id not in hits:
+            hits[conversation.id] = SearchHit(
+                conversation, None, snippet(conversation.title, query)
+            )
     ordered = sorted(hits.values(), key=lambda h: _newest_first(h.conversation.updated_at))
     return ordered[:limit]
 
