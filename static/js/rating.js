@@ -7,7 +7,26 @@
 import { api, enc } from "./api.js";
 import { h } from "./dom.js";
 
-const LABELS = { up: ["👍", "Good reply"], down: ["👎", "Bad reply"] };
+// Thumbs drawn as stroke icons (Feather's thumbs-up/down paths, MIT): emoji need a font the
+// machine may not have.
+const LABELS = {
+  up: ["M14 9V5a3 3 0 0 0-3-3l-4 9v11h11.28a2 2 0 0 0 2-1.7l1.38-9a2 2 0 0 0-2-2.3zM7 22H4a2 2 0 0 1-2-2v-7a2 2 0 0 1 2-2h3", "Good reply"],
+  down: ["M10 15v4a3 3 0 0 0 3 3l4-9V2H5.72a2 2 0 0 0-2 1.7l-1.38 9a2 2 0 0 0 2 2.3zm7-13h2.67A2.31 2.31 0 0 1 22 4v7a2.31 2.31 0 0 1-2.33 2H17", "Bad reply"],
+};
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function thumb(pathData) {
+  const svg = document.createElementNS(SVG_NS, "svg");
+  for (const [k, v] of Object.entries({ viewBox: "0 0 24 24", width: "16", height: "16", "aria-hidden": "true", focusable: "false", class: "icon" })) {
+    svg.setAttribute(k, v);
+  }
+  const path = document.createElementNS(SVG_NS, "path");
+  for (const [k, v] of Object.entries({ d: pathData, fill: "none", stroke: "currentColor", "stroke-width": "2", "stroke-linecap": "round", "stroke-linejoin": "round" })) {
+    path.setAttribute(k, v);
+  }
+  svg.append(path);
+  return svg;
+}
 
 let announce = () => {};
 /** Where the controls say what they did (the page's screen-reader announcer). */
@@ -21,13 +40,13 @@ export class RatingControl {
     this.rating = null; // "up" | "down" | null
     this.comment = "";
     this.buttons = Object.fromEntries(
-      Object.entries(LABELS).map(([value, [glyph, label]]) => [
+      Object.entries(LABELS).map(([value, [pathData, label]]) => [
         value,
         h("button", {
           type: "button", class: "btn btn-small rating-thumb", "data-testid": `rate-${value}`,
           "aria-pressed": "false", "aria-label": label, title: label,
           onclick: () => this.choose(value),
-        }, glyph),
+        }, thumb(pathData)),
       ]),
     );
     this.input = h("input", {

@@ -150,7 +150,7 @@ def states_over_time_svg(
 
 
 RATING_COLOURS = {"up": "#2e7d32", "down": "#c62828"}
-RATING_LABELS = {"up": "👍 up", "down": "👎 down"}
+RATING_LABELS = {"up": "thumbs up", "down": "thumbs down"}
 
 
 def ratings_per_day_svg(
