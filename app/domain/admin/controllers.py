@@ -18,6 +18,7 @@ from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin.views import kill_reply, live_generations, message_row
 from app.domain.chat import export, reply_rows
+from app.domain.chat.archive_schemas import EXPORT_RESPONSE
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine
 
@@ -55,7 +56,11 @@ class AdminApiController(Controller):
         row = message_row(message)
         return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
 
-    @get("/conversations/{conversation_id:uuid}/export", raises=[*GUARDED, NotFoundException])
+    @get(
+        "/conversations/{conversation_id:uuid}/export",
+        responses=EXPORT_RESPONSE,
+        raises=[*GUARDED, NotFoundException],
+    )
     async def export_conversation(
         self,
         sessions: Sessions,

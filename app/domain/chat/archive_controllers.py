@@ -10,7 +10,12 @@ from uuid import UUID
 
 from litestar import Controller, Request, Response, Router, delete, get, post, put
 from litestar.di import Provide
-from litestar.exceptions import ClientException, NotAuthorizedException, NotFoundException
+from litestar.exceptions import (
+    ClientException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+)
 from litestar.params import Parameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
@@ -19,6 +24,7 @@ from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
 from app.domain.chat import export, importing, ratings, search
 from app.domain.chat.archive_schemas import (
+    EXPORT_RESPONSE,
     MAX_IMPORT_BYTES,
     RateReply,
     RatingResponse,
@@ -31,8 +37,12 @@ from app.domain.chat.replies import NotFoundError
 from app.domain.chat.schemas import ConversationResponse
 from app.domain.json_input import text_problem
 
+# The errors each kind of route answers, for the OpenAPI document: no session (401), a bad query
+# or body (400), a write without the CSRF header (403), an id that is not the user's (404).
 READ = [NotAuthorizedException, ClientException]
 READ_ONE = [*READ, NotFoundException]
+WRITE = [*READ, PermissionDeniedException]
+WRITE_ONE = [*WRITE, NotFoundException]
 
 
 def download(file: export.ExportFile) -> Response[bytes]:
@@ -73,7 +83,7 @@ class ArchiveController(Controller):
             for hit in hits
         ]
 
-    @get("/{conversation_id:uuid}/export", raises=READ_ONE)
+    @get("/{conversation_id:uuid}/export", responses=EXPORT_RESPONSE, raises=READ_ONE)
     async def export_conversation(
         self,
         sessions: Sessions,
@@ -90,7 +100,7 @@ class ArchiveController(Controller):
     @post(
         "/import",
         status_code=HTTP_201_CREATED,
-        raises=READ,
+        raises=WRITE,
         request_max_body_size=MAX_IMPORT_BYTES,  # 413 beyond (litestar/connection/request.py)
     )
     async def import_conversation(
@@ -115,7 +125,7 @@ class ArchiveController(Controller):
 class RatingController(Controller):
     path = "/messages"
 
-    @put("/{message_id:uuid}/rating", raises=READ_ONE)
+    @put("/{message_id:uuid}/rating", raises=WRITE_ONE)
     async def rate(
         self, sessions: Sessions, user: User, message_id: UUID, data: RateReply
     ) -> RatingResponse:
@@ -123,7 +133,7 @@ class RatingController(Controller):
         row = await ratings.rate_reply(sessions, user.id, message_id, data.rating, data.comment)
         return rating_response(row)
 
-    @delete("/{message_id:uuid}/rating", status_code=HTTP_204_NO_CONTENT, raises=READ_ONE)
+    @delete("/{message_id:uuid}/rating", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def unrate(self, sessions: Sessions, user: User, message_id: UUID) -> None:
         """Take a rating back (404 when there is none)."""
         if not await ratings.remove_rating(sessions, user.id, message_id):

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import msgspec
+from litestar.openapi.datastructures import ResponseSpec
 
 from app.domain.chat.models import ConversationSource, MessageRole, Rating
 from app.streaming.events import Status
@@ -65,6 +66,17 @@ class ConversationExport(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tru
     exported_at: Moment
     conversation: ExportedConversation
     messages: Annotated[list[ExportedMessage], msgspec.Meta(max_length=MAX_IMPORT_MESSAGES)]
+
+
+EXPORT_RESPONSE = {
+    200: ResponseSpec(
+        ConversationExport,
+        media_type="application/json",
+        description="the export as an attachment: this JSON, or with format=md text/markdown",
+        generate_examples=False,
+    )
+}
+"""The export routes' success, for the OpenAPI document (the handlers return raw bytes)."""
 
 
 class SearchSnippet(msgspec.Struct):
