@@ -37,9 +37,10 @@ from app.domain.chat.replies import NotFoundError
 from app.domain.chat.schemas import ConversationResponse
 from app.domain.json_input import text_problem
 
-# The errors each kind of route answers, for the OpenAPI document: no session (401), a bad query
-# or body (400), a write without the CSRF header (403), an id that is not the user's (404).
-READ = [NotAuthorizedException, ClientException]
+# The errors each kind of route answers, for the OpenAPI document: no session (401), a write
+# without the CSRF header (403), an id that is not the user's (404). (Litestar documents the 400
+# of a bad query or body itself; listing ClientException too would make its schema ambiguous.)
+READ = [NotAuthorizedException]
 READ_ONE = [*READ, NotFoundException]
 WRITE = [*READ, PermissionDeniedException]
 WRITE_ONE = [*WRITE, NotFoundException]
@@ -100,7 +101,10 @@ class ArchiveController(Controller):
     @post(
         "/import",
         status_code=HTTP_201_CREATED,
-        raises=WRITE,
+        raises=[
+            *WRITE,
+            ClientException,
+        ],  # 400: not an export (the body is read raw, not by Litestar)
         request_max_body_size=MAX_IMPORT_BYTES,  # 413 beyond (litestar/connection/request.py)
     )
     async def import_conversation(
