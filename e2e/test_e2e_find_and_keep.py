@@ -159,4 +159,5 @@ def test_search_groups_export_import_rate_and_the_admin_view(
     expect(admin_page.get_by_test_id("chart-ratings").locator("title")).to_contain_text(
         [re.compile(r"down: 1$")]
     )
+    screenshot(admin_page, "admin-ratings")
     assert api_json(admin.context.request, f"/api/conversations/{conversation}/export", 404)
