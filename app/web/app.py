@@ -38,6 +38,7 @@ from app.domain.accounts.ratelimit import (
 )
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
+from app.domain.chat.archive_controllers import archive_router
 from app.domain.chat.controllers import chat_router
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
@@ -155,6 +156,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             AuthController,
             ApiKeyController,
             chat_router,
+            archive_router,
             AdminApiController,
             AdminPages,
             chat_socket,

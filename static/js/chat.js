@@ -14,13 +14,16 @@ import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { AccountDialog } from "./account.js";
 import { showVersions } from "./branches.js";
 import { Composer } from "./composer.js";
+import { ExportMenu, ImportButton } from "./conversation-export.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
 import { MessageList } from "./message-list.js";
 import { MessageView } from "./message-view.js";
+import { announceRatingsWith, loadRatings } from "./rating.js";
 import { ReplyState } from "./reply.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
+import { SearchBox } from "./search-box.js";
 import { Sidebar } from "./sidebar.js";
 import { SseTransport } from "./transport-sse.js";
 import { WsTransport } from "./transport-ws.js";
@@ -114,6 +117,35 @@ const account = new AccountDialog({
   announce,
 });
 
+const search = new SearchBox({
+  input: $("#conversation-search"),
+  results: $("#search-results"),
+  empty: $("#search-empty"),
+  list: $("#conversation-nav"),
+  area: $("#search-area"),
+  announce,
+  onOpen(id) {
+    openConversation(id);
+    sidebar.close();
+  },
+});
+
+const exportMenu = new ExportMenu({ menu: $("#export-menu"), markdown: $("#export-md"), json: $("#export-json") });
+
+new ImportButton({
+  button: $("#import-conversation"),
+  file: $("#import-file"),
+  error: $("#import-error"),
+  announce,
+  onImported(created) {
+    search.clear();
+    conversations.add(created);
+    openConversation(created.id);
+    sidebar.close();
+  },
+});
+announceRatingsWith(announce);
+
 messages.el.addEventListener("message-retry", (e) => replies.retry(conversations.currentId, e.detail.view));
 messages.el.addEventListener("message-regenerate", (e) => replies.regenerate(conversations.currentId, e.detail.view));
 messages.el.addEventListener("message-edit", (e) => editMessage(e.detail.view, e.detail.content));
@@ -203,6 +235,7 @@ function showNoConversation() {
   conversations.currentId = null;
   loadSeq++;
   history.replaceState(null, "", location.pathname + location.search);
+  exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
   messages.show();
   conversations.render();
@@ -273,6 +306,7 @@ async function openConversation(id, { fresh = false } = {}) {
   conversations.currentId = id;
   if (location.hash !== `#${id}`) history.replaceState(null, "", `#${id}`);
   const conv = conversations.find(id);
+  exportMenu.show(id);
   setTitle(conversationTitle(conv));
   conversations.render();
   showLive();
@@ -301,6 +335,7 @@ async function openConversation(id, { fresh = false } = {}) {
   // stored text ends. One at a time: the newest.
   const view = toResume.pop();
   if (view) replies.run({ conversationId: id, view, request: { kind: "resume" } });
+  loadRatings(id, messages.el).catch(() => {}); // the thumbs show unrated until it answers
 }
 
 async function loadConversations() {

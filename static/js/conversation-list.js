@@ -6,6 +6,7 @@
  */
 
 import { api, enc } from "./api.js";
+import { groupByDate } from "./date-groups.js";
 import { $, closeOnDismiss, h, icon } from "./dom.js";
 
 export const DEFAULT_TITLE = "New chat";
@@ -60,7 +61,7 @@ export class ConversationList {
   }
 
   render() {
-    const items = this.items.map((c) => {
+    const row = (c) => {
       const title = conversationTitle(c);
       const current = c.id === this.currentId;
       const link = h(
@@ -87,7 +88,12 @@ export class ConversationList {
       );
       if (this.isLive(c.id)) item.classList.add("is-streaming");
       return item;
-    });
+    };
+    // Grouped by last activity, in the browser's time zone (date-groups.js).
+    const items = groupByDate(this.items).flatMap(([label, group]) => [
+      h("li", { class: "conv-group", "data-testid": "conversation-group" }, label),
+      ...group.map(row),
+    ]);
     this.list.replaceChildren(...items);
     this.empty.hidden = this.items.length > 0;
   }
