@@ -1,7 +1,7 @@
 """Replies can be rated: thumbs up or down with an optional comment, one per reply and user.
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-01
 
 The enum is a VARCHAR with a CHECK constraint, as in 0001, its values spelled out here. Deleting a
@@ -15,7 +15,7 @@ from advanced_alchemy.types import GUID, DateTimeUTC
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

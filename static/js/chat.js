@@ -215,6 +215,7 @@ async function showBranch(messageId, which) {
   if (id !== conversations.currentId) return;
   loadSeq++; // a load still in flight would show the branch as it was
   showMessages(id, data);
+  loadRatings(id, messages.el).catch(() => {}); // the replies just shown are new views
   // Keep the reader where they were: on the message they switched, its same button focused.
   const shown = messages.el.querySelector(`[data-message-id="${messageId}"]`);
   shown?.scrollIntoView({ block: "nearest" });

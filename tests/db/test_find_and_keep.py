@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from uuid import UUID
+from typing import Any
+from uuid import UUID, uuid4
 
 import msgspec
 import pytest
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from app.db.migrate import current_revision, downgrade_database_async, upgrade_database_async
+from app.db.migrate import (
+    alembic_config,
+    current_revision,
+    downgrade_database_async,
+    head_revision,
+    upgrade_database_async,
+)
 from app.domain.accounts.models import User
-from app.domain.chat import conversations, export, importing, ratings, reply_rows, search
+from app.domain.chat import branches, conversations, export, importing, ratings, reply_rows, search
+from app.domain.chat.archive_schemas import ConversationExport
 from app.domain.chat.models import Conversation, Rating
 from app.domain.chat.replies import NotFoundError
 from app.streaming.events import Status
@@ -81,14 +90,29 @@ async def test_search_treats_like_wildcards_as_text(
     assert [h.snippet.match for h in hits] == [f"100{wildcard}"]
 
 
-async def test_search_skips_replaced_replies(
+async def test_search_finds_every_version_and_opens_the_conversation(
     db_sessions: Sessions, owner: User, conversation: Conversation
 ) -> None:
-    _, reply_id = await _turn(db_sessions, conversation, "q", "an obsolete answer")
+    """A regenerated reply and an edited question are versions off the branch shown: still the
+    user's text, still found (search.py says why); the hit names the conversation."""
+    question_id, reply_id = await _turn(db_sessions, conversation, "q", "an obsolete answer")
     reply = await reply_rows.get_message_unscoped(db_sessions, UUID(reply_id))
     assert reply is not None
-    await reply_rows.replace_reply(db_sessions, reply, "m")
-    assert await search.search_conversations(db_sessions, owner.id, "obsolete") == []
+    successor = await branches.add_sibling_reply(db_sessions, reply, "m")
+    await finish_reply(db_sessions, successor.id, Status.COMPLETED, text="a fresh answer")
+    question = await reply_rows.get_message_unscoped(db_sessions, UUID(question_id))
+    assert question is not None
+    await branches.add_edited_turn(db_sessions, question, "a rewritten question", "m")
+
+    shown = await conversations.list_messages(db_sessions, owner.id, conversation.id)
+    assert [m.content for m in shown or []] == ["a rewritten question", ""]
+    for query, message_id in [("obsolete", reply_id), ("fresh", str(successor.id))]:
+        hits = await search.search_conversations(db_sessions, owner.id, query)
+        assert [(h.conversation.id, str(h.message_id)) for h in hits] == [
+            (conversation.id, message_id)
+        ]
+    hits = await search.search_conversations(db_sessions, owner.id, "rewritten")
+    assert [h.snippet.match for h in hits] == ["rewritten"]
 
 
 def test_snippet_cuts_around_the_match() -> None:
@@ -100,11 +124,11 @@ def test_snippet_cuts_around_the_match() -> None:
 # -- export and import --------------------------------------------------------------------------
 
 
-async def test_export_then_import_keeps_rows_statuses_and_timings(
-    db_sessions: Sessions, owner: User, conversation: Conversation, make_user: MakeUser
-) -> None:
+async def _tree_conversation(sessions: Sessions, conversation: Conversation) -> dict[str, UUID]:
+    """first -> one two; second -> (cut sh | longer answer, shown); and an edit of "second"
+    ("second, edited" -> "edited answer") that is a switch away. Returns the ids by name."""
     await _turn(
-        db_sessions,
+        sessions,
         conversation,
         "first",
         "one two",
@@ -114,8 +138,8 @@ async def test_export_then_import_keeps_rows_statuses_and_timings(
         completion_tokens=2,
         finish_reason="stop",
     )
-    _, stopped = await _turn(
-        db_sessions,
+    second, stopped = await _turn(
+        sessions,
         conversation,
         "second",
         "cut sh",
@@ -123,22 +147,54 @@ async def test_export_then_import_keeps_rows_statuses_and_timings(
         cancel_token_index=2,
         tokens_after_cancel=1,
     )
-    old = await reply_rows.get_message_unscoped(db_sessions, UUID(stopped))
+    asked = await reply_rows.get_message_unscoped(sessions, UUID(second))
+    assert asked is not None
+    edited, edited_reply = await branches.add_edited_turn(sessions, asked, "second, edited", "m")
+    await finish_reply(sessions, edited_reply.id, Status.COMPLETED, text="edited answer")
+    await branches.switch_branch(sessions, conversation.user_id, conversation.id, UUID(stopped))
+    old = await reply_rows.get_message_unscoped(sessions, UUID(stopped))
     assert old is not None
-    new = await reply_rows.replace_reply(db_sessions, old, "m")  # a regenerated reply
-    await finish_reply(db_sessions, new.id, Status.LENGTH, text="longer answer")
+    new = await branches.add_sibling_reply(sessions, old, "m")  # a regenerated reply
+    await finish_reply(sessions, new.id, Status.LENGTH, text="longer answer")
+    return {"second": UUID(second), "stopped": UUID(stopped), "edited": edited.id, "new": new.id}
 
+
+def _shape(export_: ConversationExport) -> tuple[list[dict[str, object]], list[int | None], int]:
+    """An export without its ids: each message's fields, the index of its parent, the leaf's
+    index; equal for two exports of the same tree under different ids."""
+    at = {m.id: i for i, m in enumerate(export_.messages)}
+    fields = [
+        {k: v for k, v in msgspec.structs.asdict(m).items() if k not in ("id", "parent_id")}
+        for m in export_.messages
+    ]
+    parents = [at[m.parent_id] if m.parent_id else None for m in export_.messages]
+    leaf = export_.conversation.current_leaf_id
+    assert leaf is not None
+    return fields, parents, at[leaf]
+
+
+async def test_export_then_import_keeps_the_tree_statuses_and_timings(
+    db_sessions: Sessions, owner: User, conversation: Conversation, make_user: MakeUser
+) -> None:
+    ids = await _tree_conversation(db_sessions, conversation)
     rows = await export.conversation_rows(db_sessions, conversation.id, owner.id)
     assert rows is not None
     exported = export.to_export(*rows)
+    by_id = {m.id: m for m in exported.messages}
     assert [m.status for m in exported.messages] == [
         Status.COMPLETED,
         Status.COMPLETED,
         Status.COMPLETED,
         Status.CANCELLED,
+        Status.COMPLETED,
+        Status.COMPLETED,
         Status.LENGTH,
     ]
-    assert exported.messages[3].replaced_at is not None and exported.messages[3].content == "cut sh"
+    assert by_id[ids["stopped"]].content == "cut sh"  # every version is in the file
+    assert by_id[ids["new"]].parent_id == by_id[ids["stopped"]].parent_id == ids["second"]
+    assert by_id[ids["edited"]].parent_id == by_id[ids["second"]].parent_id
+    assert exported.conversation.current_leaf_id == ids["new"]
+    assert msgspec.json.decode(export.render(*rows, "json").body)["version"] == 2
 
     importer = await make_user("importer@example.com")
     body = export.render(*rows, "json").body
@@ -148,19 +204,123 @@ async def test_export_then_import_keeps_rows_statuses_and_timings(
     assert imported.user_id == importer.id and imported.title == conversation.title
     again = await export.conversation_rows(db_sessions, imported.id, importer.id)
     assert again is not None
-    fields = lambda m: {k: v for k, v in msgspec.structs.asdict(m).items()}  # noqa: E731
-    assert [fields(m) for m in export.to_export(*again).messages] == [
-        fields(m) for m in exported.messages
-    ]
-    # The importer sees it like any of their chats; the owner's copy is untouched.
+    reexported = export.to_export(*again)
+    assert _shape(reexported) == _shape(exported)  # the same tree, leaf and rows
+    assert not {m.id for m in reexported.messages} & set(by_id)  # under new ids
+    # The importer sees it like any of their chats, its versions a switch away; the owner's copy
+    # is untouched.
     shown = await conversations.list_messages(db_sessions, importer.id, imported.id)
     assert [m.content for m in shown or []] == ["first", "one two", "second", "longer answer"]
+    thread = await branches.visible_thread(db_sessions, importer.id, imported.id)
+    assert len(thread.sibling_ids(thread.messages[2])) == 2  # "second" and its edit
+    assert len(thread.sibling_ids(thread.messages[3])) == 2  # "cut sh" and "longer answer"
     assert await export.conversation_rows(db_sessions, imported.id, owner.id) is None
 
     markdown = export.to_markdown(*rows)
     assert "## You\n\nsecond" in markdown and "longer answer" in markdown
-    assert "cut sh" not in markdown  # the replaced reply is not part of the chat as shown
+    assert "cut sh" not in markdown and "edited" not in markdown  # only the branch shown
     assert "_(stopped at the length limit)_" in markdown
+    await branches.switch_branch(db_sessions, owner.id, conversation.id, ids["edited"])
+    rows = await export.conversation_rows(db_sessions, conversation.id, owner.id)
+    assert rows is not None
+    markdown = export.to_markdown(*rows)
+    assert "second, edited" in markdown and "edited answer" in markdown
+    assert "longer answer" not in markdown
+
+
+async def test_a_version_1_export_imports_as_a_tree(
+    db_sessions: Sessions, owner: User, make_user: MakeUser
+) -> None:
+    """Files written before branches: one line, a regenerated reply marked `replaced_at`; it
+    becomes a version of its turn, as migration 0005 did with the stored rows."""
+    v1 = _valid_export()
+    at = lambda s: f"2026-12-01T09:00:{s:02d}+00:00"  # noqa: E731
+    v1["messages"] = [
+        {"role": "user", "content": "q1", "status": "completed", "created_at": at(0)},
+        {"role": "assistant", "content": "old", "status": "cancelled", "created_at": at(1),
+         "replaced_at": at(2)},
+        {"role": "assistant", "content": "a1", "status": "completed", "created_at": at(2)},
+        {"role": "user", "content": "q2", "status": "completed", "created_at": at(3)},
+        {"role": "assistant", "content": "a2", "status": "completed", "created_at": at(4)},
+    ]  # fmt: skip
+    decoded = importing.decode_export(msgspec.json.encode(v1))
+    parent = {m.content: m.parent_id for m in decoded.messages}
+    named = {m.id: m.content for m in decoded.messages}
+    assert {k: named.get(v) if v else None for k, v in parent.items()} == {
+        "q1": None,
+        "old": "q1",
+        "a1": "q1",
+        "q2": "a1",
+        "a2": "q2",
+    }
+    importer = await make_user("importer@example.com")
+    imported = await importing.import_conversation(db_sessions, importer.id, decoded)
+    thread = await branches.visible_thread(db_sessions, importer.id, imported.id)
+    assert [m.content for m in thread.messages] == ["q1", "a1", "q2", "a2"]
+    assert len(thread.sibling_ids(thread.messages[1])) == 2  # "old" is a version of "a1"
+
+
+def _valid_tree_export() -> dict[str, Any]:
+    """Version 2: a question, two versions of its reply, the second shown."""
+    q, a, b = (str(uuid4()) for _ in range(3))
+    message = lambda i, role, parent: {  # noqa: E731
+        "id": i, "parent_id": parent, "role": role, "content": role, "status": "completed",
+        "created_at": "2026-12-01T09:00:00+00:00",
+    }  # fmt: skip
+    return {
+        **_valid_export(),
+        "version": 2,
+        "conversation": {**_valid_export()["conversation"], "current_leaf_id": b},  # type: ignore[dict-item]
+        "messages": [message(q, "user", None), message(a, "assistant", q), message(b, "assistant", q)],
+    }  # fmt: skip
+
+
+def _set(export_: dict[str, Any], where: str, value: object) -> None:
+    """`where`: "messages[i].field" or "conversation.field"; a value "@j" is message j's id."""
+    if isinstance(value, str) and value.startswith("@"):
+        value = export_["messages"][int(value[1:])]["id"]
+    head, field = where.rsplit(".", 1)
+    target = (
+        export_["conversation"] if head == "conversation" else export_["messages"][int(head[9:-1])]
+    )
+    target[field] = value
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ([("messages[1].parent_id", str(uuid4()))], "messages\\[1\\].parent_id: no message"),
+        ([("messages[2].id", "@1")], "messages\\[2\\].id: .* is already messages\\[1\\]'s"),
+        ([("messages[0].parent_id", "@0")], "messages\\[0\\]: .* a cycle"),
+        ([("messages[0].parent_id", "@2")], "messages\\[0\\]: .* a cycle"),
+        ([("conversation.current_leaf_id", str(uuid4()))], "current_leaf_id: no message"),
+        ([("conversation.current_leaf_id", "@0")], "current_leaf_id: messages follow it"),
+        ([("messages[1].parent_id", "not-a-uuid")], "messages\\[1\\].parent_id"),
+        ([("messages[1].replaced_at", None)], "unknown field `replaced_at`"),
+    ],
+)
+def test_import_refuses_what_is_not_a_tree(changes: list[tuple[str, object]], says: str) -> None:
+    good = _valid_tree_export()
+    decoded = importing.decode_export(msgspec.json.encode(good))
+    first = decoded.messages[0].id
+    assert [m.parent_id for m in decoded.messages] == [None, first, first]
+    for where, value in changes:
+        _set(good, where, value)
+    with pytest.raises(importing.ImportRefusedError, match=says):
+        importing.decode_export(msgspec.json.encode(good))
+
+
+async def test_an_import_without_a_leaf_shows_the_newest_branch(
+    db_sessions: Sessions, owner: User
+) -> None:
+    tree = _valid_tree_export()
+    tree["conversation"]["current_leaf_id"] = None
+    tree["messages"][2]["created_at"] = "2026-12-01T09:00:01+00:00"  # the newer version
+    decoded = importing.decode_export(msgspec.json.encode(tree))
+    imported = await importing.import_conversation(db_sessions, owner.id, decoded)
+    thread = await branches.visible_thread(db_sessions, owner.id, imported.id)
+    assert [m.id for m in thread.messages][-1] == imported.current_leaf_id
+    assert [m.created_at.second for m in thread.messages] == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -169,7 +329,8 @@ async def test_export_then_import_keeps_rows_statuses_and_timings(
         (b"{not json", "not JSON"),
         (b"[]", "not a conversation export"),
         (b'{"format": "other", "version": 1}', "format"),
-        (b'{"format": "streamchat.conversation", "version": 2}', "version"),
+        (b'{"format": "streamchat.conversation", "version": 3}', "version"),
+        (b'{"format": "streamchat.conversation"}', "version"),
     ],
 )
 def test_import_refuses_what_is_not_an_export(body: bytes, says: str) -> None:
@@ -177,7 +338,7 @@ def test_import_refuses_what_is_not_an_export(body: bytes, says: str) -> None:
         importing.decode_export(body)
 
 
-def _valid_export() -> dict[str, object]:
+def _valid_export() -> dict[str, Any]:
     return {
         "format": "streamchat.conversation",
         "version": 1,
@@ -255,14 +416,17 @@ async def test_ratings_go_with_their_conversation(
 
 
 async def test_migration_0007_adds_and_removes_the_ratings_table(database_url: str) -> None:
+    # The revision before 0007, as the chain says (the lead may chain more revisions in between).
+    before = ScriptDirectory.from_config(alembic_config()).get_revision("0007").down_revision
+    assert isinstance(before, str)
     await upgrade_database_async(database_url)
     has = lambda c: "reply_ratings" in inspect(c).get_table_names()  # noqa: E731
     assert await _inspect(database_url, has)
-    await downgrade_database_async(database_url, "0004")
-    assert await current_revision(database_url) == "0004"
+    await downgrade_database_async(database_url, before)
+    assert await current_revision(database_url) == before
     assert not await _inspect(database_url, has)
     await upgrade_database_async(database_url)
-    assert await current_revision(database_url) == "0007"
+    assert await current_revision(database_url) == head_revision()
     assert await _inspect(database_url, has)
 
 

@@ -37,22 +37,47 @@ def test_search_finds_the_users_own_text_only(alice: PageClient, bob: PageClient
     assert refused.status_code == 400
 
 
+def regenerate(client: PageClient, conversation: str, reply_id: str) -> str:
+    """Answer `reply_id`'s question again (a second version of the reply); the new reply's id."""
+    path = f"/api/messages/{reply_id}/regenerate"
+    with client.http.stream("POST", path, json=QUICK, headers=client.csrf_headers()) as response:
+        assert response.status_code == 200, response.read()
+        record = read_stream(response)
+    assert record.end is not None and record.end.event == "final"
+    client.wait_final(conversation, record.message_id)
+    return record.message_id
+
+
+def without_ids(document: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int | None], int]:
+    """An export's messages without their ids, the index of each one's parent, the leaf's index:
+    equal for two exports of the same tree under different ids."""
+    at = {m["id"]: i for i, m in enumerate(document["messages"])}
+    rows = [{k: v for k, v in m.items() if k not in ("id", "parent_id")} for m in document["messages"]]  # fmt: skip
+    parents = [at.get(m["parent_id"]) for m in document["messages"]]
+    return rows, parents, at[document["conversation"]["current_leaf_id"]]
+
+
 def test_export_as_markdown_and_json_and_import_the_json_back(alice: PageClient) -> None:
-    conversation, reply_id = chat(alice, "Say hi")
+    conversation, first_id = chat(alice, "Say hi")
+    reply_id = regenerate(alice, conversation, first_id)  # two versions of the reply
     reply = alice.message(conversation, reply_id)
 
     md = alice.http.get(f"/api/conversations/{conversation}/export", params={"format": "md"})
     assert md.status_code == 200 and md.headers["content-type"].startswith("text/markdown")
     assert md.headers["content-disposition"].startswith("attachment; filename=")
     assert "## You\n\nSay hi" in md.text and reply["content"] in md.text
+    assert md.text.count("## Assistant") == 1  # the branch shown, not every version
 
     exported = alice.http.get(f"/api/conversations/{conversation}/export?format=json")
     assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
     document = exported.json()
-    assert document["format"] == "streamchat.conversation" and document["version"] == 1
-    assert [m["role"] for m in document["messages"]] == ["user", "assistant"]
-    assert document["messages"][1]["status"] == reply["status"]
-    assert document["messages"][1]["ttft_ms"] == reply["ttft_ms"]
+    assert document["format"] == "streamchat.conversation" and document["version"] == 2
+    question, first, second = document["messages"]
+    assert [m["role"] for m in (question, first, second)] == ["user", "assistant", "assistant"]
+    assert [first["id"], second["id"]] == [first_id, reply_id]
+    assert question["parent_id"] is None and first["parent_id"] == second["parent_id"] == question["id"]  # fmt: skip
+    assert document["conversation"]["current_leaf_id"] == reply_id
+    assert second["status"] == reply["status"] and second["ttft_ms"] == reply["ttft_ms"]
 
     imported = alice.post(
         "/api/conversations/import",
@@ -64,7 +89,11 @@ def test_export_as_markdown_and_json_and_import_the_json_back(alice: PageClient)
     copy = imported.json()["id"]
     assert copy != conversation
     again = alice.http.get(f"/api/conversations/{copy}/export?format=json").json()
-    assert again["messages"] == document["messages"]  # text, statuses, timings, all kept
+    assert without_ids(again) == without_ids(document)  # the tree, texts, statuses, timings kept
+    assert not {m["id"] for m in again["messages"]} & {m["id"] for m in document["messages"]}
+    shown = alice.http.get(f"/api/conversations/{copy}").json()["messages"]
+    assert [m["id"] for m in shown] == [again["messages"][0]["id"], again["messages"][2]["id"]]
+    assert shown[1]["siblings"] == [again["messages"][1]["id"], again["messages"][2]["id"]]
     listed = [c["id"] for c in alice.http.get("/api/conversations").json()]
     assert listed[0] == copy  # on top of the importer's list
 

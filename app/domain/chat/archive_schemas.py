@@ -1,17 +1,20 @@
 """The shapes of finding and keeping conversations, as msgspec structs: search results, the
 export (JSON) that import reads back, and reply ratings.
 
-The export is the rows as they are: every message of the conversation in order, assistant replies
-that were regenerated included (`replaced_at` set), each with its end state and timings. It is
-versioned (`format`, `version`) and read back strictly (`forbid_unknown_fields`, time zones
-required, bounded sizes): a file that is not exactly an export is refused, saying where. Branches
-(issue 11, item 1) will add an optional `parent_id` per message and bump `version`.
+The export is the rows as they are: every message of the conversation, every version of every turn
+included (edited questions, regenerated replies), each with its end state and timings. Version 2
+keeps the tree (app/domain/chat/tree.py): each message's `id` and the `parent_id` it follows, and
+the conversation's `current_leaf_id`, the end of the branch shown. Version 1 (before branches) was
+one line, regenerated replies marked `replaced_at`; import still reads it. Both are read back
+strictly (`forbid_unknown_fields`, time zones required, bounded sizes, the tag `version` picking
+the shape): a file that is not exactly an export is refused, saying where.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Literal
+from uuid import UUID
 
 import msgspec
 from litestar.openapi.datastructures import ResponseSpec
@@ -20,7 +23,6 @@ from app.domain.chat.models import ConversationSource, MessageRole, Rating
 from app.streaming.events import Status
 
 EXPORT_FORMAT = "streamchat.conversation"
-EXPORT_VERSION = 1
 MAX_IMPORT_BYTES = 5_000_000
 """The largest JSON file import takes (Litestar answers 413 beyond it)."""
 MAX_IMPORT_MESSAGES = 5000
@@ -31,7 +33,9 @@ Count = Annotated[int, msgspec.Meta(ge=0)]
 Millis = Annotated[float, msgspec.Meta(ge=0)]
 
 
-class ExportedMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class _MessageFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What every version of the format says about a message."""
+
     role: MessageRole
     content: Annotated[str, msgspec.Meta(max_length=MAX_IMPORT_MESSAGE_CHARS)]
     status: Status
@@ -50,22 +54,49 @@ class ExportedMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     client_ttft_ms: Millis | None = None
     cancel_token_index: Count | None = None
     tokens_after_cancel: Count | None = None
+
+
+class ExportedMessage(_MessageFields, kw_only=True):
+    id: UUID  # as the exporting server knew it: what `parent_id` and `current_leaf_id` refer to
+    parent_id: UUID | None = None  # the message it follows; none for a first question
+
+
+class ExportedMessageV1(_MessageFields, kw_only=True):
     replaced_at: Moment | None = None  # a regenerated reply, kept for the record
 
 
-class ExportedConversation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class ExportedConversationV1(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     title: Annotated[str, msgspec.Meta(max_length=500)]
     source: ConversationSource
     created_at: Moment
     updated_at: Moment
 
 
-class ConversationExport(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class ExportedConversation(ExportedConversationV1, kw_only=True):
+    current_leaf_id: UUID | None = None  # the end of the branch shown; none without messages
+
+
+class _Export(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, tag_field="version"):
     format: Literal["streamchat.conversation"]
-    version: Literal[1]
     exported_at: Moment
+
+
+class ConversationExport(_Export, kw_only=True, tag=2):
+    """The export this server writes: the tree."""
+
     conversation: ExportedConversation
     messages: Annotated[list[ExportedMessage], msgspec.Meta(max_length=MAX_IMPORT_MESSAGES)]
+
+
+class ConversationExportV1(_Export, kw_only=True, tag=1):
+    """An export written before branches: one line of messages, oldest first."""
+
+    conversation: ExportedConversationV1
+    messages: Annotated[list[ExportedMessageV1], msgspec.Meta(max_length=MAX_IMPORT_MESSAGES)]
+
+
+AnyConversationExport = ConversationExport | ConversationExportV1
+"""What import reads: `version` says which."""
 
 
 EXPORT_RESPONSE = {

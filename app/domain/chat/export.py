@@ -1,5 +1,6 @@
-"""A conversation as a file: JSON (every row with its end state and timings, read back by
-app/domain/chat/importing.py) or Markdown (the chat as its owner sees it, for reading)."""
+"""A conversation as a file: JSON (every row, every version, with its end state and timings and
+the tree they form, read back by app/domain/chat/importing.py) or Markdown (the branch its owner
+sees, for reading)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.archive_schemas import (
     EXPORT_FORMAT,
-    EXPORT_VERSION,
     ConversationExport,
     ExportedConversation,
     ExportedMessage,
 )
 from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.chat.tree import Tree
 
 ExportFormat = Literal["md", "json"]
 MEDIA_TYPES = {"md": "text/markdown; charset=utf-8", "json": "application/json"}
@@ -37,7 +38,7 @@ END_STATE_NOTES = {
 async def conversation_rows(
     sessions: Sessions, conversation_id: UUID, user_id: UUID | None
 ) -> tuple[Conversation, list[Message]] | None:
-    """The conversation and all its messages (replaced replies included), in order; scoped to
+    """The conversation and all its messages (every version), oldest first; scoped to
     `user_id` unless it is None (the admin's export). None when there is no such conversation."""
     found = select(Conversation).where(Conversation.id == conversation_id)
     if user_id is not None:
@@ -55,18 +56,21 @@ async def conversation_rows(
 
 
 def to_export(conversation: Conversation, messages: list[Message]) -> ConversationExport:
+    shown = Tree(messages).shown(conversation.current_leaf_id)
     return ConversationExport(
         format=EXPORT_FORMAT,
-        version=EXPORT_VERSION,
         exported_at=utcnow(),
         conversation=ExportedConversation(
             title=conversation.title,
             source=conversation.source,
             created_at=conversation.created_at,
             updated_at=conversation.updated_at,
+            current_leaf_id=shown[-1].id if shown else None,  # the leaf the page resolves to
         ),
         messages=[
             ExportedMessage(
+                id=m.id,
+                parent_id=m.parent_id,
                 role=m.role,
                 content=m.content,
                 status=m.status,
@@ -85,7 +89,6 @@ def to_export(conversation: Conversation, messages: list[Message]) -> Conversati
                 client_ttft_ms=m.client_ttft_ms,
                 cancel_token_index=m.cancel_token_index,
                 tokens_after_cancel=m.tokens_after_cancel,
-                replaced_at=m.replaced_at,
             )
             for m in messages
         ],
@@ -93,12 +96,10 @@ def to_export(conversation: Conversation, messages: list[Message]) -> Conversati
 
 
 def to_markdown(conversation: Conversation, messages: list[Message]) -> str:
-    """The chat as shown (regenerated replies left out), one section per message, each reply's
-    end state noted when it did not simply complete."""
+    """The chat as shown (the branch from the root to the current leaf; other versions left out),
+    one section per message, each reply's end state noted when it did not simply complete."""
     lines = [f"# {conversation.title}", "", f"_Exported {utcnow():%Y-%m-%d %H:%M} UTC_", ""]
-    for m in messages:
-        if m.replaced_at is not None:
-            continue
+    for m in Tree(messages).shown(conversation.current_leaf_id):
         speaker = "You" if m.role == MessageRole.USER else str(m.role).capitalize()
         lines += [f"## {speaker}", "", m.content, ""]
         note = END_STATE_NOTES.get(str(m.status)) if m.role == MessageRole.ASSISTANT else None

@@ -11,6 +11,11 @@ never has to look past the owner's rows. The owner's conversations come from
 so the scan is one user's history, not the table, and each query stops at `MAX_HITS` rows. (A
 trigram index, PostgreSQL's pg_trgm, would be the next step for users with huge histories; it has
 no SQLite counterpart.)
+
+Every version of every message is searched, not only the branch shown (app/domain/chat/tree.py):
+the user wrote or was answered all of them, one switch away in the conversation, and which branch
+is shown would take a walk up the tree per conversation. A hit opens the conversation (its branch
+shown); the snippet still says what matched.
 """
 
 from __future__ import annotations
@@ -73,8 +78,8 @@ def snippet(text: str, query: str, context: int = SNIPPET_CONTEXT) -> Snippet:
 async def search_conversations(
     sessions: Sessions, user_id: UUID, query: str, *, limit: int = MAX_HITS
 ) -> list[SearchHit]:
-    """The user's page conversations whose title or any shown message contains `query`, most
-    recently active first, one hit each (the newest matching message, else the title)."""
+    """The user's page conversations whose title or any message (any version) contains `query`,
+    most recently active first, one hit each (the newest matching message, else the title)."""
     query = " ".join(query.split())[:MAX_QUERY_CHARS]
     if not query:
         return []
@@ -92,7 +97,7 @@ async def search_conversations(
             await session.execute(
                 select(Conversation, Message.id, Message.content)
                 .join(Message, Message.conversation_id == Conversation.id)
-                .where(*owned, Message.replaced_at.is_(None), _contains(Message.content, query))
+                .where(*owned, _contains(Message.content, query))
                 .order_by(Conversation.updated_at.desc(), Message.created_at.desc())
                 .limit(limit * 5)  # a few per conversation at most before `limit` are found
             )
