@@ -260,6 +260,19 @@ async def test_a_version_1_export_imports_as_a_tree(
     assert len(thread.sibling_ids(thread.messages[1])) == 2  # "old" is a version of "a1"
 
 
+def test_a_version_1_export_ending_in_a_replaced_reply_still_imports() -> None:
+    """Its last kept message is a question with a (replaced) reply after it: not a leaf, so the
+    import shows the newest branch instead of refusing a file this server once wrote."""
+    v1 = _valid_export()
+    v1["messages"].append(
+        {"role": "assistant", "content": "old", "status": "cancelled",
+         "created_at": "2026-12-01T09:00:01+00:00", "replaced_at": "2026-12-01T09:00:02+00:00"}
+    )  # fmt: skip
+    decoded = importing.decode_export(msgspec.json.encode(v1))
+    assert decoded.conversation.current_leaf_id is None
+    assert [m.parent_id for m in decoded.messages] == [None, decoded.messages[0].id]
+
+
 def _valid_tree_export() -> dict[str, Any]:
     """Version 2: a question, two versions of its reply, the second shown."""
     q, a, b = (str(uuid4()) for _ in range(3))

@@ -75,6 +75,8 @@ def from_version_1(old: ConversationExportV1) -> ConversationExport:
             kept = message_id
         if message.role == MessageRole.USER:
             question = message_id
+    if any(m.parent_id == kept for m in messages):  # a replaced reply with no successor
+        kept = None  # the import shows the newest branch, as the page would
     return ConversationExport(
         format=old.format,
         exported_at=old.exported_at,
