@@ -28,3 +28,19 @@ def test_states_chart_stacks_statuses_per_bucket_and_escapes_text() -> None:
     assert "<script>" not in svg and "&lt;script&gt;" in svg
     assert re.findall(r"completed: (\d+)", svg) == ["3"]
     assert re.findall(r"failed: (\d+)", svg) == ["2"]
+
+
+def test_ratings_chart_pairs_up_and_down_per_day_and_escapes_text() -> None:
+    from app.domain.admin.charts import ratings_per_day_svg
+
+    day = datetime(2026, 11, 29, tzinfo=UTC)
+    days = [day - timedelta(days=1), day]
+    counts = [(day, "up", 4), (day, "down", 1), (days[0], "down", 2), (day - timedelta(9), "up", 7)]
+    svg = ratings_per_day_svg(counts, "Ratings <b>", days)
+    assert "<b>" not in svg and "&lt;b&gt;" in svg
+    assert re.findall(r"(\d{4}-\d\d-\d\d) (up|down): (\d+)</title>", svg) == [
+        ("2026-11-28", "down", "2"),
+        ("2026-11-29", "up", "4"),
+        ("2026-11-29", "down", "1"),
+    ]  # a day outside the range is left out
+    assert "no data yet" in ratings_per_day_svg([], "Ratings", days)

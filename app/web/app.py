@@ -38,6 +38,7 @@ from app.domain.accounts.ratelimit import (
 )
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
+from app.domain.chat.archive_controllers import archive_router
 from app.domain.chat.controllers import chat_router
 from app.domain.chat.push_routes import user_events
 from app.domain.chat.settings_controllers import settings_router
@@ -159,6 +160,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             chat_router,
             user_events,
             settings_router,
+            archive_router,
             AdminApiController,
             AdminPages,
             chat_socket,

@@ -105,6 +105,7 @@ export const api = {
   get: (path, opts) => request(path, { ...opts, method: "GET" }),
   post: (path, json, opts) => request(path, { ...opts, method: "POST", json }),
   patch: (path, json, opts) => request(path, { ...opts, method: "PATCH", json }),
+  put: (path, json, opts) => request(path, { ...opts, method: "PUT", json }),
   del: (path, opts) => request(path, { ...opts, method: "DELETE" }),
   fetchRaw,
 };

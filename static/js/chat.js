@@ -14,15 +14,18 @@ import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { AccountDialog } from "./account.js";
 import { showVersions } from "./branches.js";
 import { Composer } from "./composer.js";
+import { ExportMenu, ImportButton } from "./conversation-export.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
 import { MessageList } from "./message-list.js";
 import { MessageView } from "./message-view.js";
 import { Push } from "./push.js";
+import { announceRatingsWith, loadRatings } from "./rating.js";
 import { ReplyState } from "./reply.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
+import { SearchBox } from "./search-box.js";
 import { Sidebar } from "./sidebar.js";
 import { TabSync } from "./tab-sync.js";
 import { SseTransport } from "./transport-sse.js";
@@ -159,6 +162,36 @@ messages.el.addEventListener("message-regenerate", (e) => {
   replies.regenerate(conversations.currentId, e.detail.view);
   composer.focus();
 });
+
+const search = new SearchBox({
+  input: $("#conversation-search"),
+  results: $("#search-results"),
+  empty: $("#search-empty"),
+  list: $("#conversation-nav"),
+  area: $("#search-area"),
+  announce,
+  onOpen(id) {
+    openConversation(id);
+    sidebar.close();
+  },
+});
+
+const exportMenu = new ExportMenu({ menu: $("#export-menu"), markdown: $("#export-md"), json: $("#export-json") });
+
+new ImportButton({
+  button: $("#import-conversation"),
+  file: $("#import-file"),
+  error: $("#import-error"),
+  announce,
+  onImported(created) {
+    search.clear();
+    conversations.add(created);
+    openConversation(created.id);
+    sidebar.close();
+  },
+});
+announceRatingsWith(announce);
+
 messages.el.addEventListener("message-edit", (e) => editMessage(e.detail.view, e.detail.content));
 messages.el.addEventListener("message-branch", (e) => showBranch(e.detail.messageId, e.detail.which));
 
@@ -226,6 +259,7 @@ async function showBranch(messageId, which) {
   if (id !== conversations.currentId) return;
   loadSeq++; // a load still in flight would show the branch as it was
   showMessages(id, data);
+  loadRatings(id, messages.el).catch(() => {}); // the replies just shown are new views
   // Keep the reader where they were: on the message they switched, its same button focused.
   const shown = messages.el.querySelector(`[data-message-id="${messageId}"]`);
   shown?.scrollIntoView({ block: "nearest" });
@@ -246,6 +280,7 @@ function showNoConversation() {
   conversations.currentId = null;
   loadSeq++;
   history.replaceState(null, "", location.pathname + location.search);
+  exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
   messages.show();
   conversations.render();
@@ -316,6 +351,7 @@ async function openConversation(id, { fresh = false } = {}) {
   conversations.currentId = id;
   if (location.hash !== `#${id}`) history.replaceState(null, "", `#${id}`);
   const conv = conversations.find(id);
+  exportMenu.show(id);
   setTitle(conversationTitle(conv));
   conversations.render();
   showLive();
@@ -344,6 +380,7 @@ async function openConversation(id, { fresh = false } = {}) {
   // stored text ends. One at a time: the newest.
   const view = toResume.pop();
   if (view) replies.run({ conversationId: id, view, request: { kind: "resume" } });
+  loadRatings(id, messages.el).catch(() => {}); // the thumbs show unrated until it answers
 }
 
 async function loadConversations() {

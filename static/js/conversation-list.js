@@ -6,6 +6,7 @@
  */
 
 import { api, enc } from "./api.js";
+import { groupByDate } from "./date-groups.js";
 import { $, closeOnDismiss, h, icon } from "./dom.js";
 
 export const DEFAULT_TITLE = "New chat";
@@ -61,7 +62,7 @@ export class ConversationList {
   }
 
   render() {
-    const items = this.items.map((c) => {
+    const row = (c) => {
       const title = conversationTitle(c);
       const current = c.id === this.currentId;
       const link = h(
@@ -88,7 +89,12 @@ export class ConversationList {
       );
       if (this.isLive(c.id)) item.classList.add("is-streaming");
       return item;
-    });
+    };
+    // Grouped by last activity, in the browser's time zone (date-groups.js).
+    const items = groupByDate(this.items).flatMap(([label, group]) => [
+      h("li", { class: "conv-group", "data-testid": "conversation-group" }, label),
+      ...group.map(row),
+    ]);
     // Keyboard users keep their place: the control that had focus is focused again in the new list.
     const had = this.list.contains(document.activeElement) && document.activeElement;
     const again = had && [had.closest("[data-conversation-id]")?.dataset.conversationId, had.dataset.testid];

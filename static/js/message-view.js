@@ -12,6 +12,7 @@
 import { renderBranchControls } from "./branches.js";
 import { copyText, flash, h } from "./dom.js";
 import { nodeToDOM, parseMarkdown } from "./markdown.js";
+import { ratingFor } from "./rating.js";
 import { tokensPerSecond } from "./reply.js";
 
 /** How each end state is labelled on its badge, and the badge's tooltip. */
@@ -213,6 +214,7 @@ export class MessageView {
         }, "Regenerate"),
       );
     }
+    if (r.messageId && !r.notSent) bar.append(ratingFor(this).el);
     bar.append(
       h("button", {
         type: "button", class: "btn btn-small", "data-testid": "details",

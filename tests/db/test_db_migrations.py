@@ -38,7 +38,7 @@ REGISTERED_MODELS = (
     chat_settings_models,
 )  # as migrations/env.py registers them
 
-OUR_TABLES = {"users", "api_keys", "conversations", "messages"}
+OUR_TABLES = {"users", "api_keys", "conversations", "messages", "reply_ratings"}
 OUR_TABLES |= {"conversation_settings", "user_chat_defaults"}  # 0006
 HEAD = head_revision()
 
@@ -141,6 +141,7 @@ async def test_upgrade_builds_the_schema_and_downgrade_removes_it(database_url: 
         "ix_conversations_user_id_updated_at",
         "ix_messages_conversation_id_created_at",
         "ix_messages_status",
+        "ix_reply_ratings_updated_at",
     } <= await _inspect(database_url, _index_names)
 
     await downgrade_database_async(database_url, "base")

@@ -147,3 +147,53 @@ def states_over_time_svg(
         f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + 10}" text-anchor="end" class="tick">{peak}</text>'
     )
     return _svg("".join(parts), title, width)
+
+
+RATING_COLOURS = {"up": "#2e7d32", "down": "#c62828"}
+RATING_LABELS = {"up": "thumbs up", "down": "thumbs down"}
+
+
+def ratings_per_day_svg(
+    counts: Sequence[tuple[datetime, str, int]], title: str, days: Sequence[datetime]
+) -> str:
+    """Paired bars per day: thumbs up and thumbs down given that day (every day shown)."""
+    if not counts or not days:
+        return _empty(title, 420)
+    by_day: dict[datetime, dict[str, int]] = {d: {} for d in days}
+    for day, rating, n in counts:
+        if day in by_day:
+            by_day[day][rating] = by_day[day].get(rating, 0) + n
+    peak = max(1, max(max(v.values(), default=0) for v in by_day.values()))
+    width = 420
+    plot_w = width - MARGIN_LEFT - MARGIN_RIGHT
+    plot_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+    slot = plot_w / len(days)
+    bar_w = max(1.0, slot / 2 - 1)
+    parts = []
+    for i, day in enumerate(days):
+        for j, rating in enumerate(RATING_COLOURS):
+            n = by_day[day].get(rating, 0)
+            if not n:
+                continue
+            h = plot_h * n / peak
+            x = MARGIN_LEFT + i * slot + j * (bar_w + 1)
+            label = f"{day:%Y-%m-%d} {rating}: {n}"
+            parts.append(
+                f'<rect x="{x:.1f}" y="{MARGIN_TOP + plot_h - h:.1f}" width="{bar_w:.1f}" '
+                f'height="{h:.1f}" fill="{RATING_COLOURS[rating]}"><title>{escape(label)}</title></rect>'
+            )
+    parts.append(
+        f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 22}" class="tick">{escape(f"{days[0]:%m-%d}")}</text>'
+        f'<text x="{width - MARGIN_RIGHT}" y="{HEIGHT - 22}" text-anchor="end" class="tick">'
+        f"{escape(f'{days[-1]:%m-%d}')}</text>"
+        f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + 10}" text-anchor="end" class="tick">{peak}</text>'
+    )
+    legend_x = MARGIN_LEFT
+    for rating, colour in RATING_COLOURS.items():
+        parts.append(
+            f'<rect x="{legend_x}" y="{HEIGHT - 12}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{legend_x + 14}" y="{HEIGHT - 3}" class="legend">'
+            f"{escape(RATING_LABELS[rating])}</text>"
+        )
+        legend_x += 90
+    return _svg("".join(parts), title, width)

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
-from litestar import Controller, get, post
+from litestar import Controller, Response, get, post
 from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
 )
+from litestar.params import Parameter
 
 from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin.views import kill_reply, live_generations, message_row
-from app.domain.chat import reply_rows
+from app.domain.chat import export, reply_rows
+from app.domain.chat.archive_schemas import EXPORT_RESPONSE
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine
 
@@ -53,3 +55,21 @@ class AdminApiController(Controller):
             raise NotFoundException("no such message")
         row = message_row(message)
         return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
+
+    @get(
+        "/conversations/{conversation_id:uuid}/export",
+        responses=EXPORT_RESPONSE,
+        raises=[*GUARDED, NotFoundException],
+    )
+    async def export_conversation(
+        self,
+        sessions: Sessions,
+        conversation_id: UUID,
+        fmt: Annotated[export.ExportFormat, Parameter(query="format")] = "json",
+    ) -> Response[bytes]:
+        """Any user's conversation as Markdown or JSON (the same file its owner downloads)."""
+        rows = await export.conversation_rows(sessions, conversation_id, user_id=None)
+        if rows is None:
+            raise NotFoundException("no such conversation")
+        file = export.render(*rows, fmt)
+        return Response(file.body, media_type=file.media_type, headers=file.headers)

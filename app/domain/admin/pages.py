@@ -13,10 +13,11 @@ from app.db.session import Sessions
 from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
-from app.domain.admin.charts import histogram_svg, states_over_time_svg
+from app.domain.admin.charts import histogram_svg, ratings_per_day_svg, states_over_time_svg
 from app.domain.admin.tree_view import conversation_tree
 from app.domain.admin.views import kill_reply, live_generations
-from app.domain.chat import chat_settings
+from app.domain.chat import chat_settings, ratings
+from app.domain.chat.models import Rating
 from app.domain.chat.replies import ReplyService
 from app.domain.json_input import text_problem
 from app.engine import Engine
@@ -62,10 +63,13 @@ class AdminPages(Controller):
         date_from: str | None = None,
         date_to: str | None = None,
         q: str | None = None,
+        rating: str | None = None,
         page: int = 1,
     ) -> Template:
         if status and status not in {s.value for s in Status}:
             raise ClientException(f"unknown status {status!r}")
+        if rating and rating not in {r.value for r in Rating}:
+            raise ClientException(f"unknown rating {rating!r}")
         try:
             user_id = UUID(user) if user else None
         except ValueError as exc:
@@ -78,6 +82,7 @@ class AdminPages(Controller):
             updated_after=_parse_date(date_from, "date_from"),
             updated_before=_day_after(_parse_date(date_to, "date_to")),  # inclusive end date
             search=q.strip() if q and q.strip() else None,
+            rating=Rating(rating) if rating else None,
         )
         page = min(max(1, page), MAX_PAGE)
         result = await queries.admin_list_conversations(
@@ -112,12 +117,14 @@ class AdminPages(Controller):
                     "date_from": date_from,
                     "date_to": date_to,
                     "q": q,
+                    "rating": rating,
                 },
                 page=page,
                 pages=last_page,
                 total=result.total,
                 users=users,
                 statuses=[s.value for s in Status],
+                ratings=[r.value for r in Rating],
             ),
         )
 
@@ -129,6 +136,8 @@ class AdminPages(Controller):
         messages = await queries.admin_list_messages(sessions, conversation_id)
         owner = await accounts.get_user(sessions, conversation.user_id)
         chosen = await chat_settings.for_conversation(sessions, conversation_id)
+        given = await ratings.ratings_of_messages(sessions, [m.id for m in messages])
+        rated = {str(r.message_id): {"rating": str(r.rating), "comment": r.comment} for r in given}
         return Template(
             "admin/conversation.html",
             context=dict(
@@ -142,6 +151,7 @@ class AdminPages(Controller):
                 },
                 tree=conversation_tree(conversation, messages),
                 settings={"system_prompt": chosen.system_prompt, "sampling": chosen.given()},
+                ratings=rated,  # message id -> the owner's rating (one per reply and user)
             ),
         )
 
@@ -166,6 +176,9 @@ class AdminPages(Controller):
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         hours = [hour - timedelta(hours=i) for i in range(47, -1, -1)]
         counts = await queries.message_status_counts(sessions, since=hours[0], bucket="hour")
+        today = hour.replace(hour=0)
+        days = [today - timedelta(days=i) for i in range(13, -1, -1)]
+        rated = await queries.rating_counts_per_day(sessions, since=days[0])
         return Template(
             "admin/charts.html",
             context=dict(
@@ -176,6 +189,11 @@ class AdminPages(Controller):
                     [(c.bucket_start, str(c.status), c.count) for c in counts],
                     "Replies by end state, per hour (last 48 h)",
                     hours,
+                ),
+                ratings_svg=ratings_per_day_svg(
+                    [(c.day, str(c.rating), c.count) for c in rated],
+                    "Reply ratings, per day (last 14 days)",
+                    days,
                 ),
             ),
         )

@@ -15,7 +15,14 @@ from sqlalchemy import ColumnElement, Select, exists, func, literal_column, sele
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.accounts.models import User
-from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
+from app.domain.chat.models import (
+    Conversation,
+    ConversationSource,
+    Message,
+    MessageRole,
+    Rating,
+    ReplyRating,
+)
 from app.streaming.events import Status
 
 Bucket = Literal["hour", "day"]
@@ -32,6 +39,7 @@ class ConversationFilter:
     updated_after: datetime | None = None  # last activity at or after
     updated_before: datetime | None = None  # last activity before
     search: str | None = None  # case-insensitive, in the title or any message's text
+    rating: Rating | None = None  # has at least one reply rated so
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,14 @@ def _conversation_conditions(filters: ConversationFilter) -> list[ColumnElement[
                 Message.conversation_id == Conversation.id,
                 Message.role == MessageRole.ASSISTANT,  # questions are always "completed"
                 Message.status == Status(filters.status),
+            )
+        )
+    if filters.rating is not None:
+        conditions.append(
+            exists().where(
+                ReplyRating.message_id == Message.id,
+                Message.conversation_id == Conversation.id,
+                ReplyRating.rating == Rating(filters.rating),
             )
         )
     if filters.search:
@@ -239,3 +255,36 @@ async def recent_reply_timings(sessions: Sessions, *, limit: int = 2000) -> Repl
         gap_p50_ms=[r[1] for r in rows if r[1] is not None],
         gap_p99_ms=[r[2] for r in rows if r[2] is not None],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RatingCount:
+    day: datetime  # UTC midnight
+    rating: Rating
+    count: int
+
+
+def _day_expression(dialect: str) -> ColumnElement[Any]:
+    """`updated_at` (when the rating was last given) truncated to the UTC day; see
+    `_bucket_expression` for why the unit is a literal."""
+    if dialect == "postgresql":
+        utc = func.timezone(literal_column("'UTC'"), ReplyRating.updated_at)
+        return func.date_trunc(literal_column("'day'"), utc)
+    return func.strftime(literal_column("'%Y-%m-%d 00:00:00'"), ReplyRating.updated_at)
+
+
+async def rating_counts_per_day(
+    sessions: Sessions, *, since: datetime, until: datetime | None = None
+) -> list[RatingCount]:
+    """Ratings per UTC day (by when they were last given) and verdict, oldest first; days with
+    none are absent. Uses `ix_reply_ratings_updated_at`."""
+    until = until or utcnow()
+    async with transaction(sessions) as session:
+        day = _day_expression(session.get_bind().dialect.name).label("day")
+        rows = await session.execute(
+            select(day, ReplyRating.rating, func.count())
+            .where(ReplyRating.updated_at >= since, ReplyRating.updated_at < until)
+            .group_by(day, ReplyRating.rating)
+            .order_by(day, ReplyRating.rating)
+        )
+        return [RatingCount(_as_utc(d), Rating(r), n) for d, r, n in rows]

@@ -121,3 +121,27 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
 
     def __repr__(self) -> str:
         return f"Message(id={self.id}, role={self.role}, status={self.status})"
+
+
+class Rating(StrEnum):
+    UP = "up"
+    DOWN = "down"
+
+
+class ReplyRating(CreatedAt, Base):
+    """A user's thumbs up or down on an assistant reply, with an optional comment: one per reply
+    and user (the primary key), changed in place, deleted when taken back."""
+
+    __tablename__ = "reply_ratings"
+    # The admin's ratings per day read by `updated_at` (when the verdict was last given).
+    __table_args__ = (Index("ix_reply_ratings_updated_at", "updated_at"),)
+
+    message_id: Mapped[UUID] = mapped_column(
+        ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[UUID] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    rating: Mapped[Rating] = mapped_column(_str_enum(Rating, "reply_rating"))
+    comment: Mapped[str | None] = mapped_column(Text, default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, sort_order=101)

@@ -1,0 +1,152 @@
+"""The page API for finding and keeping conversations: search, export and import, and ratings of
+replies. Routes only translate (the domain modules: search.py, export.py, importing.py,
+ratings.py); every lookup is scoped to the logged-in user, another user's ids answer 404.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from litestar import Controller, Request, Response, Router, delete, get, post, put
+from litestar.di import Provide
+from litestar.exceptions import (
+    ClientException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+)
+from litestar.params import Parameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.db.session import Sessions
+from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.models import User
+from app.domain.chat import export, importing, ratings, search
+from app.domain.chat.archive_schemas import (
+    EXPORT_RESPONSE,
+    MAX_IMPORT_BYTES,
+    RateReply,
+    RatingResponse,
+    SearchResult,
+    SearchSnippet,
+)
+from app.domain.chat.conversations import ConversationNotFoundError
+from app.domain.chat.models import ReplyRating
+from app.domain.chat.replies import NotFoundError
+from app.domain.chat.schemas import ConversationResponse
+from app.domain.json_input import text_problem
+
+# The errors each kind of route answers, for the OpenAPI document: no session (401), a write
+# without the CSRF header (403), an id that is not the user's (404). (Litestar documents the 400
+# of a bad query or body itself; listing ClientException too would make its schema ambiguous.)
+READ = [NotAuthorizedException]
+READ_ONE = [*READ, NotFoundException]
+WRITE = [*READ, PermissionDeniedException]
+WRITE_ONE = [*WRITE, NotFoundException]
+
+
+def download(file: export.ExportFile) -> Response[bytes]:
+    return Response(file.body, media_type=file.media_type, headers=file.headers)
+
+
+def rating_response(row: ReplyRating) -> RatingResponse:
+    return RatingResponse(
+        message_id=str(row.message_id),
+        rating=str(row.rating),
+        comment=row.comment,
+        updated_at=row.updated_at.isoformat(),
+    )
+
+
+class ArchiveController(Controller):
+    path = "/conversations"
+
+    @get("/search", raises=READ)
+    async def search_conversations(
+        self,
+        sessions: Sessions,
+        user: User,
+        q: Annotated[str, Parameter(query="q", max_length=search.MAX_QUERY_CHARS)] = "",
+    ) -> list[SearchResult]:
+        """The user's conversations whose title or messages contain `q` (ignoring case)."""
+        if (problem := text_problem(q)) is not None:
+            raise ClientException(f"q: {problem}")
+        hits = await search.search_conversations(sessions, user.id, q)
+        return [
+            SearchResult(
+                conversation_id=str(hit.conversation.id),
+                title=hit.conversation.title,
+                updated_at=hit.conversation.updated_at.isoformat(),
+                message_id=str(hit.message_id) if hit.message_id else None,
+                snippet=SearchSnippet(hit.snippet.before, hit.snippet.match, hit.snippet.after),
+            )
+            for hit in hits
+        ]
+
+    @get("/{conversation_id:uuid}/export", responses=EXPORT_RESPONSE, raises=READ_ONE)
+    async def export_conversation(
+        self,
+        sessions: Sessions,
+        user: User,
+        conversation_id: UUID,
+        fmt: Annotated[export.ExportFormat, Parameter(query="format")] = "json",
+    ) -> Response[bytes]:
+        """Download the conversation as Markdown or as JSON (which import reads back)."""
+        rows = await export.conversation_rows(sessions, conversation_id, user.id)
+        if rows is None:
+            raise ConversationNotFoundError(conversation_id)
+        return download(export.render(*rows, fmt))
+
+    @post(
+        "/import",
+        status_code=HTTP_201_CREATED,
+        raises=[
+            *WRITE,
+            ClientException,
+        ],  # 400: not an export (the body is read raw, not by Litestar)
+        request_max_body_size=MAX_IMPORT_BYTES,  # 413 beyond (litestar/connection/request.py)
+    )
+    async def import_conversation(
+        self, request: Request, sessions: Sessions, user: User
+    ) -> ConversationResponse:
+        """A JSON export, read back strictly, as a new conversation of the user's."""
+        conversation_export = importing.decode_export(await request.body())
+        conversation = await importing.import_conversation(sessions, user.id, conversation_export)
+        return ConversationResponse.of(conversation)
+
+    @get("/{conversation_id:uuid}/ratings", raises=READ_ONE)
+    async def ratings(
+        self, sessions: Sessions, user: User, conversation_id: UUID
+    ) -> list[RatingResponse]:
+        """The user's ratings of this conversation's replies."""
+        rows = await ratings.conversation_ratings(sessions, user.id, conversation_id)
+        if rows is None:
+            raise ConversationNotFoundError(conversation_id)
+        return [rating_response(row) for row in rows]
+
+
+class RatingController(Controller):
+    path = "/messages"
+
+    @put("/{message_id:uuid}/rating", raises=WRITE_ONE)
+    async def rate(
+        self, sessions: Sessions, user: User, message_id: UUID, data: RateReply
+    ) -> RatingResponse:
+        """Rate a reply (thumbs up or down, an optional comment); rating again replaces it."""
+        row = await ratings.rate_reply(sessions, user.id, message_id, data.rating, data.comment)
+        return rating_response(row)
+
+    @delete("/{message_id:uuid}/rating", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
+    async def unrate(self, sessions: Sessions, user: User, message_id: UUID) -> None:
+        """Take a rating back (404 when there is none)."""
+        if not await ratings.remove_rating(sessions, user.id, message_id):
+            raise NotFoundError(message_id)
+
+
+archive_router = Router(
+    "/api",
+    route_handlers=[ArchiveController, RatingController],
+    dependencies={"user": Provide(current_user)},
+    tags=["chat"],
+)
