@@ -10,7 +10,8 @@
  */
 
 import { copyText, flash, h } from "./dom.js";
-import { nodeToDOM, parseMarkdown } from "./markdown.js";
+import { nodeToDOM } from "./markdown.js";
+import { MarkdownStream } from "./markdown-stream.js";
 import { tokensPerSecond } from "./reply.js";
 
 /** How each end state is labelled on its badge, and the badge's tooltip. */
@@ -31,6 +32,17 @@ function fmtMs(v) {
 }
 
 let viewCounter = 0;
+
+/** A block's tree as a string, to tell whether its DOM can stay; once per tree (finished ones are kept). */
+const blockKeys = new WeakMap();
+function blockKey(block) {
+  let key = blockKeys.get(block);
+  if (key === undefined) {
+    key = JSON.stringify(block);
+    blockKeys.set(block, key);
+  }
+  return key;
+}
 
 /** Code blocks get their language label (CSS reads data-lang) and a copy button. */
 function decorateCode(node) {
@@ -94,8 +106,10 @@ export class MessageView {
 
   /**
    * Render the text now (markdown for replies, plain text for the user's words).
-   * While a reply grows, only its last blocks change: top-level blocks whose parse is unchanged
-   * keep their DOM nodes, so a long reply does not re-layout from the top on every token.
+   * While a reply grows, only its last blocks change: MarkdownStream re-parses only the open end
+   * of the text (finished blocks are kept as they are), and top-level blocks whose parse is
+   * unchanged keep their DOM nodes, so a long reply neither re-parses nor re-lays out from the top
+   * on every token.
    */
   renderNow() {
     cancelAnimationFrame(this.raf);
@@ -107,8 +121,11 @@ export class MessageView {
       return;
     }
     const t0 = performance.now();
-    const blocks = parseMarkdown(this.reply.text).children;
-    const keys = blocks.map((b) => JSON.stringify(b));
+    this.markdown ??= new MarkdownStream();
+    // blocks[0, finished) will not change again: work done once per block (e.g. highlighting a
+    // closed code block) belongs to blocks as they enter that range, and to all of them in finish().
+    const { blocks } = this.markdown.update(this.reply.text);
+    const keys = blocks.map(blockKey);
     const old = this.blockKeys || [];
     const nodes = this.blockNodes || [];
     let same = 0;
