@@ -10,6 +10,7 @@
  */
 
 import { copyText, flash, h } from "./dom.js";
+import { formatDuration } from "./format.js";
 import { nodeToDOM } from "./markdown.js";
 import { MarkdownStream } from "./markdown-stream.js";
 import { tokensPerSecond } from "./reply.js";
@@ -24,12 +25,6 @@ export const BADGES = {
   truncated: ["truncated", "The stream ended before the reply was complete."],
   rejected: ["not sent", "The server refused the message."],
 };
-
-function fmtMs(v) {
-  if (v == null || !Number.isFinite(Number(v))) return null;
-  const n = Number(v);
-  return n >= 10000 ? `${(n / 1000).toFixed(1)} s` : `${Math.round(n)} ms`;
-}
 
 let viewCounter = 0;
 
@@ -250,14 +245,14 @@ export class MessageView {
       if (value != null && value !== "") rows.push(h("dt", {}, label), h("dd", {}, String(value)));
     };
     add("Status", r.finishReason ? `${r.status} (${r.finishReason})` : r.status);
-    add("Time to first token", fmtMs(t.ttft_ms));
-    add("First token seen by this page", fmtMs(r.clientTtftMs));
+    add("Time to first token", formatDuration(t.ttft_ms));
+    add("First token seen by this page", formatDuration(r.clientTtftMs));
     const tps = tokensPerSecond(u, t);
     add("Speed", tps != null ? `${tps.toFixed(1)} tokens/s` : null);
     if (t.gap_p50_ms != null || t.gap_p99_ms != null) {
-      add("Gap between tokens", `p50 ${fmtMs(t.gap_p50_ms) ?? "–"} · p99 ${fmtMs(t.gap_p99_ms) ?? "–"}`);
+      add("Gap between tokens", `p50 ${formatDuration(t.gap_p50_ms) ?? "–"} · p99 ${formatDuration(t.gap_p99_ms) ?? "–"}`);
     }
-    add("Total time", fmtMs(t.total_ms));
+    add("Total time", formatDuration(t.total_ms));
     add("Prompt tokens", u.prompt_tokens);
     add("Completion tokens", u.completion_tokens);
     add("Transport", this.transport ? (this.transport === "ws" ? "WebSocket" : "SSE") : null);
