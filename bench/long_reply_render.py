@@ -52,8 +52,24 @@ new MutationObserver(() => {
 }).observe(document, { subtree: true, attributes: true, attributeFilter: ["data-status"] });
 """
 
+# The renderer's own share: MessageView.renderNow timed by wrapping it (the page's module: same URL,
+# same instance), so the figures can be told apart from what the machine's load adds to them.
 SEND_JS = """
-() => { window.__perf.t0 = performance.now(); document.querySelector("#send").click(); }
+async () => {
+  const { MessageView } = await import("/static/js/message-view.js");
+  const renderNow = MessageView.prototype.renderNow;
+  window.__perf.renders = [];
+  MessageView.prototype.renderNow = function (...args) {
+    const t = performance.now();
+    try {
+      return renderNow.apply(this, args);
+    } finally {
+      if (this.role === "assistant") window.__perf.renders.push(performance.now() - t);
+    }
+  };
+  window.__perf.t0 = performance.now();
+  document.querySelector("#send").click();
+}
 """
 
 # The figures, over [press of Send, end on screen].
@@ -68,7 +84,13 @@ FIGURES_JS = """
   const durations = tasks.map(([, d]) => d);
   const seconds = (p.tEnd - p.t0) / 1000;
   const el = document.querySelector("article[data-role=assistant]");
+  const r = [...p.renders].sort((a, b) => a - b);
   return {
+    renders: r.length,
+    renderMean: r.reduce((a, b) => a + b, 0) / Math.max(1, r.length),
+    renderP99: r.length ? r[Math.min(r.length - 1, Math.floor(r.length * 0.99))] : 0,
+    renderMax: r.length ? r[r.length - 1] : 0,
+    renderTotal: r.reduce((a, b) => a + b, 0),
     status: el.dataset.status,
     chars: el._view.reply.text.length,
     seconds,
@@ -155,7 +177,9 @@ def row(label: str, runs: list[dict]) -> str:
         return statistics.median(r[key] for r in runs)
 
     return (
-        f"| {label} | {len(runs)} | {med('fps'):.1f} | {med('maxFrameGap'):.0f} | "
+        f"| {label} | {len(runs)} | {med('renders'):.0f} | {med('renderMean'):.2f} | "
+        f"{med('renderP99'):.1f} | {med('renderMax'):.0f} | {med('renderTotal') / 1000:.1f} | "
+        f"{med('fps'):.1f} | {med('maxFrameGap'):.0f} | "
         f"{med('longTasks'):.0f} | {med('longMax'):.0f} | {med('longTotal'):.0f} | "
         f"{med('seconds'):.1f} | {min(r['chars'] for r in runs):,} | "
         f"{'yes' if all(r['matches'] for r in runs) else 'NO'} | "
@@ -210,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                             fig = run_once(browser, server.url, content, args.transport, scripts)
                             results.setdefault((kind, label), []).append(fig)
                             print(
-                                f"  {kind:8} {label:20} {fig['fps']:5.1f} fps, "
+                                f"  {kind:8} {label:20} renders {fig['renders']} mean "
+                                f"{fig['renderMean']:.2f} ms max {fig['renderMax']:.0f} ms; "
+                                f"{fig['fps']:5.1f} fps, "
                                 f"{fig['longTasks']} long tasks (max {fig['longMax']:.0f} ms, "
                                 f"total {fig['longTotal']:.0f} ms), {fig['seconds']:.1f} s",
                                 flush=True,
@@ -220,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     print(
-        "\n| reply | runs | frames/s | longest frame gap ms | long tasks | longest ms | "
-        "long-task total ms | time to final s | chars | DOM = full render | status |"
+        "\n| reply | runs | renders | render mean ms | p99 ms | max ms | render total s | "
+        "frames/s | longest frame gap ms | long tasks | longest ms | long-task total ms | "
+        "time to final s | chars | DOM = full render | status |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * 16 + "|")
     for (kind, label), runs in results.items():
         print(row(f"{kind}, {label}", runs))
     return 0

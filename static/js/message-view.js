@@ -64,6 +64,7 @@ export class MessageView {
     this.nextRenderAt = 0;
     this.reconnecting = null;
     this.stopping = false;
+    this.stopError = null; // why the last Stop did not reach the server (the reply goes on)
     this.transport = null;
     this.stream = null;
 
@@ -185,6 +186,7 @@ export class MessageView {
         h("span", { class: `badge badge-${streaming ? "pending" : r.status}`, "data-testid": "badge", title: badge[1] }, badge[0]),
       );
     }
+    if (streaming && this.stopError) parts.push(this.stopFailure());
     if (!streaming && r.error && (r.status === "failed" || r.status === "truncated" || r.status === "interrupted")) {
       parts.push(h("p", { class: "msg-error", "data-testid": "message-error", role: "alert" }, r.error));
     }
@@ -192,6 +194,18 @@ export class MessageView {
     if (this.detailsOpen) parts.push(this.details());
     this.metaEl.replaceChildren(...parts);
     this.changed();
+  }
+
+  /** Stop did not reach the server: say so, and offer to try again (the reply is still going). */
+  stopFailure() {
+    return h(
+      "div", { class: "msg-error stop-error", "data-testid": "stop-error", role: "alert" },
+      `Could not stop the reply (${this.stopError}). It is still being written. `,
+      h("button", {
+        type: "button", class: "btn btn-small btn-primary", "data-testid": "stop-retry", "aria-label": "Try to stop the reply again",
+        onclick: () => this.stream?.stop(),
+      }, "Try again"),
+    );
   }
 
   actions() {
@@ -275,6 +289,7 @@ export class MessageView {
   finish() {
     this.reconnecting = null;
     this.stopping = false;
+    this.stopError = null;
     this.renderNow();
     this.update();
   }
