@@ -10,7 +10,7 @@ full render of the reply's text (`renderMarkdown`), so a fast renderer cannot be
 
 With `--baseline-rev REV` the same runs are made with the page's scripts (static/js) of REV,
 served by route interception from `git show`, in the same server and the same browser,
-configurations interleaved (A B A B ...) so that load from other processes falls on both alike.
+configurations interleaved (A B, B A, ...) so that load from other processes falls on both alike.
 
     python bench/long_reply_render.py [--tokens 20000] [--runs 2] [--step-ms 2] [--transport sse]
         [--baseline-rev REV] [--kinds plain,markdown]
@@ -226,11 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM)
             try:
-                for _ in range(args.runs):
+                for round_ in range(args.runs):
                     for kind in kinds:
                         marker = "[[synthetic:markdown]] " if kind == "markdown" else ""
                         content = f"long reply {marker}[[synthetic:tokens={args.tokens}]]"
-                        for label, scripts in codes:
+                        # A B, then B A: neither always runs second (after the other's cleanup).
+                        for label, scripts in codes if round_ % 2 == 0 else codes[::-1]:
                             fig = run_once(browser, server.url, content, args.transport, scripts)
                             results.setdefault((kind, label), []).append(fig)
                             print(
