@@ -134,6 +134,7 @@ def test_similar_first_messages_get_distinct_readable_titles(
     titles = []
     for _ in range(2):
         chat.new_chat()
+        expect(chat.assistant_messages()).to_have_count(0)  # the new, empty chat is open
         reply = chat.send(question)
         chat.wait_done(reply)
         title = chat.page.get_by_test_id("conversation-title")
