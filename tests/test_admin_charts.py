@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from app.domain.admin.charts import histogram_svg, states_over_time_svg
+from app.domain.admin.charts import (
+    HISTOGRAM_COLOUR,
+    STATUS_COLOURS,
+    histogram_svg,
+    states_over_time_svg,
+)
 
 
 def test_histogram_counts_every_value_and_reports_percentiles() -> None:
@@ -14,6 +19,12 @@ def test_histogram_counts_every_value_and_reports_percentiles() -> None:
     counts = [int(n) for n in re.findall(r": (\d+)</title></rect>", svg)]
     assert sum(counts) == 100 and sorted(counts) == [10, 90]
     assert "n=100" in svg and "p50=5ms" in svg and "p99=500ms" in svg
+
+
+def test_histogram_bars_have_a_colour_no_end_state_uses() -> None:
+    fills = set(re.findall(r'<rect [^>]*fill="(#[0-9a-f]{6})"', histogram_svg([5.0, 50.0], "TTFT")))
+    assert fills == {HISTOGRAM_COLOUR}
+    assert HISTOGRAM_COLOUR not in STATUS_COLOURS.values()
 
 
 def test_empty_chart_says_so() -> None:

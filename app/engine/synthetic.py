@@ -43,12 +43,14 @@ from app.engine.base import (
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.fair_queue import FairQueue
 from app.engine.streams import EventStream, hop_to_loop
+from app.engine.synthetic_markdown import MarkdownReplyGenerator
 from app.engine.synthetic_text import (
     ReplyGenerator,
     parse_markers,
     prompt_token_count,
     render_prompt,
     seed_for,
+    wants_markdown,
 )
 from app.settings import EngineSettings
 
@@ -152,7 +154,9 @@ class SyntheticEngine:
             max_new=min(params.max_tokens, limit - prompt_tokens),
             natural_len=natural,
             fail_after=fail_after,
-            generator=ReplyGenerator(seed),
+            generator=(MarkdownReplyGenerator if wants_markdown(messages) else ReplyGenerator)(
+                seed
+            ),
             detok=IncrementalDetokenizer(stop=params.stop),
             queued_at=time.time(),
             owner=owner,

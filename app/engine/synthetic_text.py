@@ -12,6 +12,8 @@ Markers, read from the last user message only (so that a conversation can carry 
   ends on its own before N tokens ends normally.
 - ``[[synthetic:tokens=N]]``: the reply is exactly N tokens long (then `stop`), unless `max_tokens`
   or the context cuts it first (`length`). Handy to give every request of a load test the same cost.
+- ``[[synthetic:markdown]]``: the reply is Markdown-heavy (headings, nested lists, tables, fenced
+  code blocks, long inline code; synthetic_markdown.py), to measure how the page renders it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from app.engine.base import ChatMessages, EngineError
 BYTES_PER_TOKEN = 4
 _MASK64 = (1 << 64) - 1
 _MARKER = re.compile(r"\[\[synthetic:(fail-after|tokens)=(\d+)\]\]")
+MARKDOWN_MARKER = "[[synthetic:markdown]]"
 _ROLES = frozenset({"system", "user", "assistant"})
 
 # Words the replies are made of: plain ASCII, Latin accents, CJK, emoji (with a skin-tone modifier
@@ -60,12 +63,19 @@ def render_prompt(messages: ChatMessages) -> str:
 
 def parse_markers(messages: ChatMessages) -> tuple[int | None, int | None]:
     """(fail_after, tokens) from the markers in the last user message, each None when absent."""
-    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    found: dict[str, int] = {}
-    if last_user is not None:
-        for name, value in _MARKER.findall(last_user.get("content", "")):
-            found[name] = int(value)
+    found = {name: int(value) for name, value in _MARKER.findall(last_user_text(messages))}
     return found.get("fail-after"), found.get("tokens")
+
+
+def last_user_text(messages: ChatMessages) -> str:
+    """The markers' source: the last user message (so a conversation can carry on after one)."""
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    return "" if last_user is None else last_user.get("content", "")
+
+
+def wants_markdown(messages: ChatMessages) -> bool:
+    """True when the last user message carries the Markdown marker."""
+    return MARKDOWN_MARKER in last_user_text(messages)
 
 
 class ReplyGenerator:
@@ -82,13 +92,17 @@ class ReplyGenerator:
         self._state = (self._state * 6364136223846793005 + 1442695040888963407) & _MASK64
         return self._state >> 33
 
+    def _next_piece(self) -> str:
+        """The next bit of text (a word and the separator before it)."""
+        word = WORDS[self._next_random() % len(WORDS)]
+        sep = "" if self._words == 0 else (".\n\n" if self._next_random() % 17 == 0 else " ")
+        self._words += 1
+        return sep + word
+
     def next_token(self) -> tuple[int, bytes]:
         """The next token: (its id, its raw bytes, possibly part of a character)."""
         while len(self._buffer) < BYTES_PER_TOKEN:
-            word = WORDS[self._next_random() % len(WORDS)]
-            sep = "" if self._words == 0 else (".\n\n" if self._next_random() % 17 == 0 else " ")
-            self._buffer += (sep + word).encode("utf-8")
-            self._words += 1
+            self._buffer += self._next_piece().encode("utf-8")
         piece, self._buffer = self._buffer[:BYTES_PER_TOKEN], self._buffer[BYTES_PER_TOKEN:]
         return int.from_bytes(piece, "little") & 0x7FFFFFFF, piece
 

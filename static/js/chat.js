@@ -203,6 +203,7 @@ function showLive() {
 
 function setTitle(text) {
   title.textContent = text;
+  title.title = text; // the whole title on hover, where it is cut short
   document.title = `${text} · StreamChat`;
 }
 

@@ -1,8 +1,16 @@
 /**
  * The composer: a text box that grows with its text, Enter to send (Shift+Enter for a new line),
- * and one button that is Send, or Stop while the open conversation's reply streams. Its error
- * line says why a message was not sent. What sending and stopping do is the page's (hooks).
+ * and one button that is Send, or Stop while the open conversation's reply streams (as chat apps
+ * do: one reply at a time). Enter while a reply streams says so instead of doing nothing, and the
+ * draft stays. Its error line says why a message was not sent. What sending and stopping do is
+ * the page's (hooks).
  */
+
+const BUSY = "A reply is still being written: stop it (Stop or Esc) or wait for it to finish, then send.";
+const HINTS = {
+  idle: "Enter sends · Shift+Enter adds a line · Esc stops a reply",
+  streaming: "Replying… Stop or Esc ends the reply · your next message can wait here",
+};
 
 import { showError } from "./dom.js";
 
@@ -15,6 +23,7 @@ export class Composer {
    */
   constructor({ form, input, send, error, isBusy, onSend, onStop }) {
     Object.assign(this, { form, input, send, error, isBusy });
+    this.hint = form.querySelector(".composer-hint");
 
     form.addEventListener("submit", (e) => {
       e.preventDefault();
@@ -37,6 +46,7 @@ export class Composer {
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
         e.preventDefault();
         if (!isBusy()) form.requestSubmit();
+        else if (input.value.trim()) this.showError(BUSY);
       }
     });
     input.addEventListener("input", () => {
@@ -65,6 +75,8 @@ export class Composer {
     send.textContent = streaming ? "Stop" : "Send";
     send.setAttribute("aria-label", streaming ? "Stop the reply" : "Send");
     send.classList.toggle("btn-stop", streaming);
+    if (this.hint) this.hint.textContent = HINTS[streaming ? "streaming" : "idle"];
+    if (!streaming && this.error.textContent === BUSY) this.showError("");
   }
 
   autosize() {

@@ -55,10 +55,23 @@ export class ConversationList {
     if (idx === -1) return;
     const [c] = this.items.splice(idx, 1);
     c.updated_at = new Date().toISOString();
-    if (content && (!c.title || c.title === DEFAULT_TITLE)) c.title = [...content].slice(0, 80).join(""); // code points, as the server cuts it
     this.items.unshift(c);
     this.render();
-    this.onTitle(c);
+    // The server named a new chat from this first message (distinct from the user's other chats,
+    // app/domain/chat/conversations.py): show its name.
+    if (content && (!c.title || c.title === DEFAULT_TITLE)) this.refreshTitle(c);
+  }
+
+  async refreshTitle(c) {
+    try {
+      const fresh = await api.get(`/api/conversations/${enc(c.id)}`);
+      if (!fresh?.title || fresh.title === c.title) return;
+      c.title = fresh.title;
+      this.render();
+      this.onTitle(c);
+    } catch {
+      /* the list shows the old title until the next load */
+    }
   }
 
   render() {
@@ -75,7 +88,7 @@ export class ConversationList {
             this.onOpen(c.id);
           },
         },
-        h("span", { class: "conv-title-text" }, title),
+        h("span", { class: "conv-title-text", title }, title), // the whole title on hover
       );
       const item = h(
         "li",

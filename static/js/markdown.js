@@ -142,6 +142,19 @@ export function parseMarkdown(src, { final = false } = {}) {
   return root;
 }
 
+/**
+ * Parse `src` into its top-level blocks and the source line where each starts (markdown-stream.js
+ * re-parses only the open end of a growing reply); `env.references` carries the reference
+ * definitions ([label]: url) in and out. `lines` is null if the blocks cannot be placed.
+ */
+export function parseBlocks(src, env = {}) {
+  const tokens = md.parse(String(src ?? ""), env);
+  const root = { tag: "root", children: [] };
+  appendTokens(tokens, [root]);
+  const lines = tokens.filter((t) => t.level === 0 && t.nesting !== -1 && t.map).map((t) => t.map[0]);
+  return { blocks: root.children, lines: lines.length === root.children.length ? lines : null };
+}
+
 function pushText(parent, text) {
   if (!text) return;
   const last = parent.children[parent.children.length - 1];

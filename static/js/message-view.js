@@ -11,7 +11,9 @@
 
 import { renderBranchControls } from "./branches.js";
 import { copyText, flash, h } from "./dom.js";
+import { formatDuration } from "./format.js";
 import { nodeToDOM, parseMarkdown } from "./markdown.js";
+import { MarkdownStream } from "./markdown-stream.js";
 import { ratingFor } from "./rating.js";
 import { tokensPerSecond } from "./reply.js";
 
@@ -26,13 +28,18 @@ export const BADGES = {
   rejected: ["not sent", "The server refused the message."],
 };
 
-function fmtMs(v) {
-  if (v == null || !Number.isFinite(Number(v))) return null;
-  const n = Number(v);
-  return n >= 10000 ? `${(n / 1000).toFixed(1)} s` : `${Math.round(n)} ms`;
-}
-
 let viewCounter = 0;
+
+/** A block's tree as a string, to tell whether its DOM can stay; once per tree (finished ones are kept). */
+const blockKeys = new WeakMap();
+function blockKey(block) {
+  let key = blockKeys.get(block);
+  if (key === undefined) {
+    key = JSON.stringify(block);
+    blockKeys.set(block, key);
+  }
+  return key;
+}
 
 /** Code blocks get their language label (CSS reads data-lang) and a copy button. */
 function decorateCode(node) {
@@ -59,6 +66,7 @@ export class MessageView {
     this.nextRenderAt = 0;
     this.reconnecting = null;
     this.stopping = false;
+    this.stopError = null; // why the last Stop did not reach the server (the reply goes on)
     this.transport = null;
     this.stream = null;
 
@@ -96,8 +104,10 @@ export class MessageView {
 
   /**
    * Render the text now (markdown for replies, plain text for the user's words).
-   * While a reply grows, only its last blocks change: top-level blocks whose parse is unchanged
-   * keep their DOM nodes, so a long reply does not re-layout from the top on every token.
+   * While a reply grows, only its last blocks change: MarkdownStream re-parses only the open end
+   * of the text (finished blocks are kept as they are), and top-level blocks whose parse is
+   * unchanged keep their DOM nodes, so a long reply neither re-parses nor re-lays out from the top
+   * on every token.
    */
   renderNow() {
     cancelAnimationFrame(this.raf);
@@ -109,8 +119,15 @@ export class MessageView {
       return;
     }
     const t0 = performance.now();
-    const blocks = parseMarkdown(this.reply.text, { final: this.reply.status !== "streaming" }).children;
-    const keys = blocks.map((b) => JSON.stringify(b));
+    this.markdown ??= new MarkdownStream();
+    // While it streams, only the open end is parsed again (markdown-stream.js); blocks[0, finished)
+    // stay as they are, and a fence is highlighted once its closing line is in (markdown.js). At
+    // the end, one full parse with `final`, which also highlights a fence the reply left open.
+    const blocks =
+      this.reply.status === "streaming"
+        ? this.markdown.update(this.reply.text).blocks
+        : parseMarkdown(this.reply.text, { final: true }).children;
+    const keys = blocks.map(blockKey);
     const old = this.blockKeys || [];
     const nodes = this.blockNodes || [];
     let same = 0;
@@ -177,6 +194,7 @@ export class MessageView {
         h("span", { class: `badge badge-${streaming ? "pending" : r.status}`, "data-testid": "badge", title: badge[1] }, badge[0]),
       );
     }
+    if (streaming && this.stopError) parts.push(this.stopFailure());
     if (!streaming && r.error && (r.status === "failed" || r.status === "truncated" || r.status === "interrupted")) {
       parts.push(h("p", { class: "msg-error", "data-testid": "message-error", role: "alert" }, r.error));
     }
@@ -184,6 +202,18 @@ export class MessageView {
     if (this.detailsOpen) parts.push(this.details());
     this.metaEl.replaceChildren(...parts);
     this.changed();
+  }
+
+  /** Stop did not reach the server: say so, and offer to try again (the reply is still going). */
+  stopFailure() {
+    return h(
+      "div", { class: "msg-error stop-error", "data-testid": "stop-error", role: "alert" },
+      `Could not stop the reply (${this.stopError}). It is still being written. `,
+      h("button", {
+        type: "button", class: "btn btn-small btn-primary", "data-testid": "stop-retry", "aria-label": "Try to stop the reply again",
+        onclick: () => this.stream?.stop(),
+      }, "Try again"),
+    );
   }
 
   actions() {
@@ -238,14 +268,14 @@ export class MessageView {
       if (value != null && value !== "") rows.push(h("dt", {}, label), h("dd", {}, String(value)));
     };
     add("Status", r.finishReason ? `${r.status} (${r.finishReason})` : r.status);
-    add("Time to first token", fmtMs(t.ttft_ms));
-    add("First token seen by this page", fmtMs(r.clientTtftMs));
+    add("Time to first token", formatDuration(t.ttft_ms));
+    add("First token seen by this page", formatDuration(r.clientTtftMs));
     const tps = tokensPerSecond(u, t);
     add("Speed", tps != null ? `${tps.toFixed(1)} tokens/s` : null);
     if (t.gap_p50_ms != null || t.gap_p99_ms != null) {
-      add("Gap between tokens", `p50 ${fmtMs(t.gap_p50_ms) ?? "–"} · p99 ${fmtMs(t.gap_p99_ms) ?? "–"}`);
+      add("Gap between tokens", `p50 ${formatDuration(t.gap_p50_ms) ?? "–"} · p99 ${formatDuration(t.gap_p99_ms) ?? "–"}`);
     }
-    add("Total time", fmtMs(t.total_ms));
+    add("Total time", formatDuration(t.total_ms));
     add("Prompt tokens", u.prompt_tokens);
     add("Completion tokens", u.completion_tokens);
     add("Transport", this.transport ? (this.transport === "ws" ? "WebSocket" : "SSE") : null);
@@ -274,6 +304,7 @@ export class MessageView {
   finish() {
     this.reconnecting = null;
     this.stopping = false;
+    this.stopError = null;
     this.renderNow();
     this.update();
   }

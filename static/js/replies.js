@@ -90,7 +90,14 @@ export class Replies {
         },
         onStopping() {
           view.stopping = true;
+          view.stopError = null;
           view.update();
+        },
+        onStopFailed(_s, err) {
+          view.stopping = false;
+          view.stopError = err?.detail || err?.message || "no answer from the server";
+          view.update();
+          announce("Could not stop the reply. It is still being written.");
         },
         onRejected(s, err) {
           if (replaces) view.el.replaceWith(replaces.el);

@@ -12,7 +12,9 @@
  *                             again, a new version in its place), {kind: "edit", messageId,
  *                             content} (a new version of the user's message) or
  *                             {kind: "resume", messageId, after}
- *   cancel(messageId)         asks the server to stop the reply; resolves to {status} or null
+ *   cancel(messageId)         asks the server to stop the reply; resolves to {status} when the
+ *                             server answered, null when its answer is the final event (WS);
+ *                             throws when the request failed
  *   reset?()                  drop the underlying connection (e.g. when the browser goes offline)
  * and throws ApiError (with .status) for HTTP errors, RejectedError for a refused send, anything
  * else for a lost connection.
@@ -73,7 +75,8 @@ export class ReplyStream {
    * @param request    {kind: "send", conversationId, content}, {kind: "regenerate", messageId}
    *                   or {kind: "resume"} (uses state)
    * @param state      a ReplyState (a new one for a send; the existing one for a resume)
-   * @param hooks      {onStart, onText, onReconnecting, onStopping, onFinal, onRejected, onFirstDelta}
+   * @param hooks      {onStart, onText, onReconnecting, onStopping, onStopFailed, onFinal, onRejected,
+   *                   onFirstDelta}
    */
   constructor({ transport, request, state = new ReplyState(), hooks = {}, options = {} }) {
     this.transport = transport;
@@ -82,7 +85,7 @@ export class ReplyStream {
     this.hooks = hooks;
     this.opts = {
       maxAttempts: 8,
-      stopGraceMs: 5000, // how long Stop waits for the server's final before giving up on it
+      stopGraceMs: 5000, // how long Stop waits for the server to confirm (WS) or for the tail (SSE)
       sleep,
       backoff: backoffDelay,
       isOnline: defaultIsOnline,
@@ -122,7 +125,11 @@ export class ReplyStream {
     return this.finished;
   }
 
-  /** The user pressed Stop (or Esc). */
+  /**
+   * The user pressed Stop (or Esc). The reply is "stopping" until the server confirms (the cancel
+   * request's answer, or the final event); if it cannot be reached, the reply goes on and
+   * onStopFailed says so (Stop can be pressed again).
+   */
   stop() {
     if (this.state.done || this.stopRequested) return;
     this.stopRequested = true;
@@ -147,17 +154,29 @@ export class ReplyStream {
     if (this.cancelSent || !this.state.messageId) return;
     this.cancelSent = true;
     clearTimeout(this.stopTimer);
-    // SSE: stop reading at once, so the text freezes now; the tail and the final come after.
-    if (this.transport.stopsByAbort) this.attemptCtl?.abort();
-    try {
-      this.cancelPromise = Promise.resolve(this.transport.cancel(this.state.messageId)).catch(() => null);
-    } catch {
-      this.cancelPromise = Promise.resolve(null);
-    }
-    // WS: the final event arrives on the same socket; do not wait for it forever.
+    const asked = (async () => this.transport.cancel(this.state.messageId))();
+    this.cancelPromise = asked.then((res) => ({ ok: true, res }), (error) => ({ ok: false, error }));
+    this.cancelPromise.then(({ ok, res, error }) => {
+      if (!ok) return this._stopFailed(error);
+      if (res == null) return; // WS: the final event is the answer
+      clearTimeout(this.stopTimer);
+      // SSE: the server has stopped the reply: stop reading; the tail and the final come after.
+      if (this.transport.stopsByAbort) this.attemptCtl?.abort();
+    });
+    // WS: the final event arrives on the same socket; none in time means the cancel was lost.
     if (!this.transport.stopsByAbort) {
-      this.stopTimer = setTimeout(() => this.attemptCtl?.abort(), this.opts.stopGraceMs);
+      this.stopTimer = setTimeout(() => this._stopFailed(new Error("the server did not confirm it")), this.opts.stopGraceMs);
     }
+  }
+
+  /** The cancel request failed or went unanswered: the reply goes on, and Stop can be pressed again. */
+  _stopFailed(error) {
+    if (this.state.done || !this.stopRequested) return;
+    clearTimeout(this.stopTimer);
+    this.stopRequested = false;
+    this.cancelSent = false;
+    this.stopCtl = new AbortController();
+    this._hook("onStopFailed", this.state, error);
   }
 
   /** Apply one event; true when it ends the reply. */
@@ -207,7 +226,12 @@ export class ReplyStream {
         }
         throw new ConnectionLost("The stream ended without its final event.");
       } catch (err) {
-        if (this.stopRequested) return this._finishStop();
+        if (this.stopRequested) {
+          const end = await this._finishStop();
+          if (end) return end;
+          request = { kind: "resume" }; // the stop failed: carry on
+          continue;
+        }
         if (!s.messageId) {
           // Nothing to resume: the server never named the reply.
           if (err instanceof RejectedError || (err?.status >= 400 && err?.status < 500)) {
@@ -237,13 +261,19 @@ export class ReplyStream {
         this._hook("onReconnecting", s, { attempt, delay, offline: !this.opts.isOnline(), error: err });
         await this.opts.waitOnline(this.stopCtl.signal);
         await this.opts.sleep(delay, this.stopCtl.signal);
-        if (this.stopRequested) return this._finishStop();
         request = { kind: "resume" };
+        if (this.stopRequested) {
+          const end = await this._finishStop();
+          if (end) return end;
+        }
       }
     }
   }
 
-  /** After Stop: collect the tail the server kept and its final event, briefly; else end locally. */
+  /**
+   * After Stop: collect the tail the server kept and its final event, briefly; else end locally,
+   * if the server confirmed the stop. Null when the stop failed (the caller carries on streaming).
+   */
   async _finishStop() {
     const s = this.state;
     if (s.done) return this._end();
@@ -253,7 +283,8 @@ export class ReplyStream {
       return this._end();
     }
     this._cancelNow();
-    const res = await this.cancelPromise;
+    const { ok, res } = await this.cancelPromise;
+    if (!ok || !this.stopRequested) return null;
     const ctl = new AbortController();
     const t = setTimeout(() => ctl.abort(), this.opts.stopGraceMs);
     try {
@@ -265,7 +296,12 @@ export class ReplyStream {
     } finally {
       clearTimeout(t);
     }
-    const status = res && FINAL_STATUSES.has(res.status) ? res.status : "cancelled";
+    if (res == null) {
+      // WS, and no final came: nothing says the server stopped.
+      this._stopFailed(new Error("the server did not confirm it"));
+      return null;
+    }
+    const status = FINAL_STATUSES.has(res.status) ? res.status : "cancelled";
     s.finish({ status, finish_reason: null, usage: s.usage, timings: s.timings, error: null });
     return this._end();
   }

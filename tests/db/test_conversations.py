@@ -106,3 +106,45 @@ async def test_deleting_a_user_cascades_to_everything_they_own(
     async with db_sessions() as session:
         assert await session.scalar(select(func.count()).select_from(Conversation)) == 0
     assert await message_count(db_sessions) == 0
+
+
+def test_title_from_message_cuts_at_a_word_boundary_with_an_ellipsis() -> None:
+    short = "How do I   reverse\na list in Python?"
+    assert conversations.title_from_message(short) == "How do I reverse a list in Python?"
+    long = "Explain how the streaming chat server resumes a reply after a dropped connection, step by step"
+    title = conversations.title_from_message(long)
+    assert title == "Explain how the streaming chat server resumes a reply after a dropped…"
+    assert len(title) <= conversations.AUTO_TITLE_MAX_CHARS and long.startswith(title[:-1])
+    one_word = "x" * 300
+    assert conversations.title_from_message(one_word) == "x" * 79 + "…"
+    assert conversations.title_from_message(" \n ") == conversations.DEFAULT_TITLE
+
+
+async def test_first_messages_alike_give_distinct_titles(
+    db_sessions: Sessions, owner: User, make_user: MakeUser
+) -> None:
+    """The same first message in three new chats: "t", "t (2)", "t (3)"; another user's chats
+    and a chat's own title do not count."""
+    question = "What is 100% of a_b? " + "and more words " * 8
+
+    async def new_chat(user: User, first: str) -> str:
+        chat = await conversations.create_conversation(db_sessions, user.id, None)
+        await reply_rows.add_turn(db_sessions, chat.id, first, "m", title_if_untitled=first)
+        await reply_rows.add_turn(db_sessions, chat.id, "again", "m", title_if_untitled="again")
+        named = await conversations.get_conversation(db_sessions, user.id, chat.id)
+        assert named is not None
+        return named.title
+
+    base = conversations.title_from_message(question)
+    assert base.endswith("…")
+    assert [await new_chat(owner, question) for _ in range(3)] == [
+        base,
+        f"{base} (2)",
+        f"{base} (3)",
+    ]
+    other = await make_user("other@example.com")
+    assert await new_chat(other, question) == base
+    # A first message that differs only where the first has LIKE wildcards keeps its own title.
+    assert await new_chat(owner, question.replace("%", "X").replace("_", "Y")) == base.replace(
+        "%", "X"
+    ).replace("_", "Y")

@@ -105,6 +105,23 @@ async def test_tokens_marker_forces_reply_length(engine: SyntheticEngine) -> Non
     assert (cut.reason, cut.completion_tokens) == (FinishReason.LENGTH, 10)
 
 
+async def test_markdown_marker_writes_markdown_blocks(engine: SyntheticEngine) -> None:
+    msg = user("show me [[synthetic:markdown]] [[synthetic:tokens=1500]]")
+    params = SamplingParams(max_tokens=1500)
+    text, _, fin = await collect(engine.generate("r", msg, params))
+    assert (fin.reason, fin.completion_tokens) == (FinishReason.STOP, 1500)
+    again, _, _ = await collect(engine.generate("s", msg, params))
+    assert again == text  # deterministic, like the plain replies
+    lines = text.splitlines()
+    assert any(line.startswith("# ") or line.startswith("## ") for line in lines)
+    assert sum(line.startswith("```") for line in lines) >= 6  # several fenced blocks
+    assert any(line.startswith("|:---|") for line in lines)  # a GFM table
+    assert any(line.startswith("   - ") for line in lines)  # a nested list
+    assert any(len(code) > 60 for code in text.split("`")[1::2])  # long inline code
+    plain, _, _ = await collect(engine.generate("p", user("[[synthetic:tokens=1500]]"), params))
+    assert "```" not in plain
+
+
 async def test_context_fills_up_with_length() -> None:
     eng = await started(replace(FAST, context_size=64))
     try:

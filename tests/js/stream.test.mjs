@@ -105,6 +105,10 @@ class FakeTransport {
         continue;
       }
       if (step.throw) throw step.throw;
+      if (step.wait) {
+        await new Promise((r) => setTimeout(r, step.wait));
+        continue;
+      }
       if (step.hang) {
         await new Promise((_, reject) => {
           if (signal.aborted) reject(Object.assign(new Error("aborted"), { name: "AbortError" }));
@@ -116,7 +120,9 @@ class FakeTransport {
   }
   async cancel(messageId) {
     this.cancels.push(messageId);
-    return this.cancelResult;
+    const result = typeof this.cancelResult === "function" ? this.cancelResult(this.cancels.length) : this.cancelResult;
+    if (result instanceof Error) throw result;
+    return result;
   }
 }
 
@@ -129,6 +135,8 @@ function run(transport, request = { kind: "send", conversationId: "c1", content:
     onText: (_s, t) => log.push(`+${t}`),
     onReconnecting: (_s, info) => log.push(`reconnect#${info.attempt}`),
     onFinal: (s) => log.push(`end:${s.status}`),
+    onStopping: () => log.push("stopping"),
+    onStopFailed: (_s, err) => log.push(`stop-failed:${err.message}`),
     onRejected: (s) => log.push(`rejected:${s.error}`),
     onFirstDelta: () => log.push("first"),
   };
@@ -269,6 +277,39 @@ test("Stop over WS: sends cancel and keeps reading until the final", async () =>
   assert.equal(s.status, "cancelled");
   assert.equal(s.text, "abcd");
   assert.equal(t.requests.length, 1);
+});
+
+test("Stop over SSE when the cancel request fails: not stopped, the reply goes on, Stop again works", async () => {
+  let rs;
+  const t = new FakeTransport(
+    [
+      [ev.start(), ev.delta(3, "abc"), () => rs.stop(), ev.delta(6, "def"), () => rs.stop(), ev.delta(7, "g"), { hang: true }],
+      [ev.start(7), ev.delta(8, "h"), ev.final(8, "cancelled")],
+    ],
+    { cancelResult: (n) => (n === 1 ? new TypeError("Failed to fetch") : { status: "cancelled" }) },
+  );
+  const r = run(t);
+  rs = r.rs;
+  const s = await r.done;
+  assert.deepEqual(t.cancels, ["m1", "m1"]);
+  // The first Stop failed: the text kept coming ("def"), and the page was told, before any end.
+  assert.deepEqual(r.log.filter((x) => /stop|end/.test(x)), ["stopping", "stop-failed:Failed to fetch", "stopping", "end:cancelled"]);
+  assert.equal(s.status, "cancelled");
+  assert.equal(s.text, "abcdefh");
+});
+
+test("Stop over WS when the cancel frame is lost: no final in time, so not stopped; the reply goes on", async () => {
+  let rs;
+  const t = new FakeTransport(
+    [[ev.start(), ev.delta(3, "abc"), () => rs.stop(), { wait: 60 }, ev.delta(4, "d"), ev.final(4, "completed")]],
+    { stopsByAbort: false, cancelResult: null },
+  );
+  const r = run(t, undefined, undefined, { stopGraceMs: 20 });
+  rs = r.rs;
+  const s = await r.done;
+  assert.deepEqual(r.log.filter((x) => /stop|end/.test(x)), ["stopping", "stop-failed:the server did not confirm it", "end:completed"]);
+  assert.equal(s.status, "completed");
+  assert.equal(s.text, "abcd");
 });
 
 test("Stop before the start event: cancels as soon as the message id is known", async () => {

@@ -23,6 +23,8 @@ STATUS_COLOURS = {
     "interrupted": "#8e24aa",
     "streaming": "#9e9e9e",
 }
+# Histograms are of timings, not of end states: a colour no end state uses.
+HISTOGRAM_COLOUR = "#00838f"
 
 
 def _svg(body: str, title: str, width: int = WIDTH) -> str:
@@ -78,7 +80,7 @@ def histogram_svg(values_ms: Sequence[float], title: str, width: int = 420) -> s
         label = f"{_label_ms(edges[i])}–{_label_ms(edges[i + 1])}: {count}"
         parts.append(
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 1:.1f}" height="{h:.1f}" '
-            f'fill="#1565c0"><title>{escape(label)}</title></rect>'
+            f'fill="{HISTOGRAM_COLOUR}"><title>{escape(label)}</title></rect>'
         )
     for i in range(0, len(edges), 4):  # one tick per decade
         x = MARGIN_LEFT + i * bar_w

@@ -32,6 +32,43 @@ def clean_title(title: str | None) -> str:
     return title[:TITLE_MAX_CHARS] or DEFAULT_TITLE
 
 
+AUTO_TITLE_MAX_CHARS = 80
+_ELLIPSIS = "…"
+
+
+def title_from_message(content: str, limit: int = AUTO_TITLE_MAX_CHARS) -> str:
+    """A new chat's title from its first message: one line, cut at a word boundary with "…"."""
+    text = " ".join(content[: limit * 4].split())
+    if len(text) <= limit:
+        return text or DEFAULT_TITLE
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:  # a word boundary not too far back; else cut the long word
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:!?-") + _ELLIPSIS
+
+
+def distinct_title(title: str, taken: set[str]) -> str:
+    """`title`, or `title (2)`, `title (3)`... : the first one not in `taken`."""
+    if title not in taken:
+        return title
+    n = 2
+    while f"{title} ({n})" in taken:
+        n += 1
+    return f"{title} ({n})"
+
+
+def titles_like(user_id: Any, title: str, but: UUID) -> Select[Any]:
+    """The titles of the user's other conversations that `distinct_title` must avoid.
+    `user_id` may be a value or a scalar subquery."""
+    return select(Conversation.title).where(
+        Conversation.user_id == user_id,
+        Conversation.id != but,
+        (Conversation.title == title)
+        | Conversation.title.startswith(f"{title} (", autoescape=True),
+    )
+
+
 def owned_conversation_ids(user_id: UUID) -> Select[Any]:
     """The ids of the user's conversations, to scope a query of messages to their owner."""
     return select(Conversation.id).where(Conversation.user_id == user_id)

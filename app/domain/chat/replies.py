@@ -222,7 +222,7 @@ class ReplyService:
                 self.model_name,
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
-                title_if_untitled=content[:80],
+                title_if_untitled=content,
                 parent_id=parent_id,
             )
             return reply, str(user_message.id), str(conversation.source)

@@ -24,15 +24,18 @@ from math import isfinite
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import case, select, update
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.conversations import (
     DEFAULT_TITLE,
     ConversationNotFoundError,
-    clean_title,
+    distinct_title,
     owned_conversation_ids,
+    title_from_message,
+    titles_like,
 )
 from app.domain.chat.models import Conversation, Message, MessageRole
 from app.domain.errors import InvalidInputError
@@ -147,6 +150,23 @@ def new_reply(
     )
 
 
+async def _name_new_chat(session: AsyncSession, conversation_id: UUID, first_message: str) -> None:
+    """A new chat ("New chat") names itself from its first message, distinct from the owner's
+    other chats ("… (2)"). Read after add_turn's UPDATE: in the write transaction, so on SQLite
+    the titles read are the latest (a read before the first write could not later upgrade)."""
+    wanted = title_from_message(first_message)
+    owner = select(Conversation.user_id).where(Conversation.id == conversation_id)
+    taken = set(
+        await session.scalars(titles_like(owner.scalar_subquery(), wanted, conversation_id))
+    )
+    await session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id, Conversation.title == DEFAULT_TITLE)
+        .values(title=distinct_title(wanted, taken))
+        .execution_options(synchronize_session=False)
+    )
+
+
 async def add_turn(
     sessions: Sessions,
     conversation_id: UUID,
@@ -174,17 +194,11 @@ async def add_turn(
     between the read and the writes: the ORM's UPDATE then matched no row (StaleDataError, a 500).
     """
     now = utcnow()
-    title = Conversation.title
-    if title_if_untitled:  # a new chat names itself
-        title = case(
-            (Conversation.title == DEFAULT_TITLE, clean_title(title_if_untitled)),
-            else_=Conversation.title,
-        )
     async with transaction(sessions) as session:
         touched = await session.execute(
             update(Conversation)
             .where(Conversation.id == conversation_id)
-            .values(updated_at=now, title=title)
+            .values(updated_at=now)
             .execution_options(synchronize_session=False)
         )
         if touched.rowcount == 0:
@@ -193,6 +207,8 @@ async def add_turn(
             parent_id = await session.scalar(
                 select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
             )
+        if title_if_untitled:
+            await _name_new_chat(session, conversation_id, title_if_untitled)
         user_message = Message(
             id=uuid4(),
             parent_id=parent_id,
