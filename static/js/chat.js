@@ -2,8 +2,9 @@
  * The chat page, wired together: the conversation list in the sidebar (conversation-list.js,
  * sidebar.js), the messages of the open conversation (message-list.js, message-view.js), the
  * composer whose Send turns into Stop while a reply streams (composer.js), the replies themselves
- * (replies.js over stream.js and a transport, SSE or WebSocket, as the toggle says) and the
- * account dialog (account.js).
+ * (replies.js over stream.js and a transport, SSE or WebSocket, as the toggle says), the thread's
+ * views and versions (thread.js, branches.js), the push channel from the user's other tabs
+ * (push.js, tab-sync.js), search, export and ratings, the settings panel and the account dialog.
  *
  * This module holds which conversation is open and loads it; the components do the rest. Model
  * and user text only ever reach the page as text nodes (markdown.js builds elements from an
@@ -12,31 +13,25 @@
 
 import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { AccountDialog } from "./account.js";
-import { showVersions } from "./branches.js";
 import { Composer } from "./composer.js";
-import { ExportMenu, ImportButton } from "./conversation-export.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
+import { findAndKeep } from "./find-and-keep.js";
 import { MessageList } from "./message-list.js";
-import { MessageView } from "./message-view.js";
-import { Push } from "./push.js";
-import { announceRatingsWith, loadRatings } from "./rating.js";
-import { ReplyState } from "./reply.js";
+import { watchConnectivity } from "./net-status.js";
+import { loadRatings } from "./rating.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
-import { SearchBox } from "./search-box.js";
 import { Sidebar } from "./sidebar.js";
-import { TabSync } from "./tab-sync.js";
+import { hearOtherTabs } from "./tab-sync.js";
+import { messageNodes, Versions } from "./thread.js";
+import { TransportChoice } from "./transport-choice.js";
 import { SseTransport } from "./transport-sse.js";
 import { WsTransport } from "./transport-ws.js";
 
-const TRANSPORT_KEY = "streamchat.transport";
-
 const root = $("#app");
 const title = $("#conv-title");
-const transportSelect = $("#transport");
-const netStatus = $("#net-status");
 const announce = announcer($("#sr-status"));
 let loadSeq = 0; // a conversation load that a later one overtook is dropped
 
@@ -51,9 +46,10 @@ const transports = {
   ws: new WsTransport({ onUnauthorized: goToLogin }),
 };
 
-function transportName() {
-  return transportSelect.value === "ws" ? "ws" : "sse";
-}
+const transport = new TransportChoice($("#transport"), (name) => {
+  push.use(name);
+  announce(`Replies will stream over ${name === "ws" ? "WebSocket" : "SSE"}.`);
+});
 
 // ---------------------------------------------------------------------------------------------
 // The components
@@ -107,26 +103,20 @@ const composer = new Composer({
 const replies = new Replies({
   list: messages,
   composer,
-  transport: () => transports[transportName()],
+  transport: () => transports[transport.name],
   announce,
   onStarted: (id, content) => conversations.touch(id, content),
   onLive: showLive,
 });
 
 // The user's other tabs and devices: their events over the page's one push channel.
-const sync = new TabSync({
+const { sync, push } = hearOtherTabs({
+  ws: transports.ws,
+  root,
   conversations,
   replies,
   reload: (id) => openConversation(id),
   onGone: (c) => conversations.onDeleted(c),
-});
-const push = new Push({
-  ws: transports.ws,
-  onEvent: (ev) => sync.handle(ev),
-  onConnected(again) {
-    if (root) root.dataset.push = "connected"; // for the tests: this page hears the others now
-    if (again) sync.resync();
-  },
 });
 
 const account = new AccountDialog({
@@ -146,7 +136,11 @@ new SettingsPanel({
 
 /** The open conversation's id, starting one first if none is open (for its settings). */
 async function ensureConversation() {
-  if (conversations.currentId) return conversations.currentId;
+  return conversations.currentId || startConversation();
+}
+
+/** A new conversation, listed and opened (empty); its id. */
+async function startConversation() {
   const created = await api.post("/api/conversations", {});
   conversations.add(created);
   await openConversation(created.id, { fresh: true });
@@ -163,37 +157,29 @@ messages.el.addEventListener("message-regenerate", (e) => {
   composer.focus();
 });
 
-const search = new SearchBox({
-  input: $("#conversation-search"),
-  results: $("#search-results"),
-  empty: $("#search-empty"),
-  list: $("#conversation-nav"),
-  area: $("#search-area"),
+const { exportMenu } = findAndKeep({
   announce,
-  onOpen(id) {
+  add: (created) => conversations.add(created),
+  open(id) {
     openConversation(id);
     sidebar.close();
   },
 });
 
-const exportMenu = new ExportMenu({ menu: $("#export-menu"), markdown: $("#export-md"), json: $("#export-json") });
-
-new ImportButton({
-  button: $("#import-conversation"),
-  file: $("#import-file"),
-  error: $("#import-error"),
+const versions = new Versions({
+  conversations,
+  replies,
+  composer,
+  messages,
   announce,
-  onImported(created) {
-    search.clear();
-    conversations.add(created);
-    openConversation(created.id);
-    sidebar.close();
+  onShown(id, data) {
+    loadSeq++; // a load still in flight would show the branch as it was
+    showMessages(id, data);
+    loadRatings(id, messages.el).catch(() => {}); // the replies just shown are new views
   },
 });
-announceRatingsWith(announce);
-
-messages.el.addEventListener("message-edit", (e) => editMessage(e.detail.view, e.detail.content));
-messages.el.addEventListener("message-branch", (e) => showBranch(e.detail.messageId, e.detail.which));
+messages.el.addEventListener("message-edit", (e) => versions.edit(e.detail.view, e.detail.content));
+messages.el.addEventListener("message-branch", (e) => versions.show(e.detail.messageId, e.detail.which));
 
 /** Send or Stop, and the dots in the list, as the replies now stand. */
 function showLive() {
@@ -217,57 +203,13 @@ async function send(content, { t0 = performance.now() } = {}) {
   if (conversationId && replies.liveFor(conversationId)) return; // one reply at a time per conversation
   if (!conversationId) {
     try {
-      const created = await api.post("/api/conversations", {});
-      conversations.add(created);
-      conversationId = created.id;
-      await openConversation(conversationId, { fresh: true });
+      conversationId = await startConversation();
     } catch (err) {
       composer.showError(`Could not start a conversation: ${err.detail || err.message}`);
       return;
     }
   }
   await replies.send(conversationId, content, { t0 });
-}
-
-/** Versions wait for the reply: the page shows one branch, and the live reply is on it. */
-function refuseWhileLive(what) {
-  if (!replies.liveFor(conversations.currentId)) return false;
-  composer.showError(`Wait for the reply to finish (or stop it) before ${what}.`);
-  return true;
-}
-
-function editMessage(view, content) {
-  composer.showError("");
-  if (!conversations.currentId || !content.trim() || refuseWhileLive("editing a message")) {
-    view.update();
-    return;
-  }
-  replies.edit(conversations.currentId, view, content);
-}
-
-/** Show another version of a message (and the branch below it); the server remembers it. */
-async function showBranch(messageId, which) {
-  const id = conversations.currentId;
-  if (!id || refuseWhileLive("switching versions")) return;
-  composer.showError("");
-  let data;
-  try {
-    data = await api.patch(`/api/conversations/${enc(id)}/branch`, { message_id: messageId });
-  } catch (err) {
-    composer.showError(`Could not show that version: ${err.detail || err.message}`);
-    return;
-  }
-  if (id !== conversations.currentId) return;
-  loadSeq++; // a load still in flight would show the branch as it was
-  showMessages(id, data);
-  loadRatings(id, messages.el).catch(() => {}); // the replies just shown are new views
-  // Keep the reader where they were: on the message they switched, its same button focused.
-  const shown = messages.el.querySelector(`[data-message-id="${messageId}"]`);
-  shown?.scrollIntoView({ block: "nearest" });
-  const buttons = [`[data-testid=branch-${which}]`, "[data-testid=branch-switcher] button"];
-  const button = buttons.map((s) => shown?.querySelector(`${s}:not([disabled])`)).find(Boolean);
-  button?.focus();
-  announce(`Showing version ${shown?.querySelector("[data-testid=branch-position]")?.textContent || ""}.`);
 }
 
 function stopCurrent() {
@@ -298,40 +240,12 @@ async function newChat() {
     return;
   }
   try {
-    const created = await api.post("/api/conversations", {});
-    conversations.add(created);
-    await openConversation(created.id, { fresh: true });
+    await startConversation();
     announce("New conversation.");
   } catch (err) {
     composer.showError(`Could not start a conversation: ${err.detail || err.message}`);
   }
   composer.focus();
-}
-
-/** The message elements of a loaded conversation, with its live reply's views in their place. */
-function messageNodes(rows, live) {
-  const nodes = [];
-  const toResume = [];
-  for (const row of rows) {
-    const liveView = row.role === "user" ? live?.userView : live?.view;
-    if (liveView && liveView.reply.messageId === String(row.id)) nodes.push(liveView.el);
-    else if (row.role === "user") {
-      const view = new MessageView("user", { text: row.content || "", status: row.status || "completed", messageId: row.id });
-      showVersions(view, row.siblings);
-      nodes.push(view.el);
-    } else if (row.role === "assistant") {
-      const view = new MessageView("assistant", ReplyState.fromRow(row));
-      showVersions(view, row.siblings);
-      nodes.push(view.el);
-      if (row.status === "streaming" && !live) toResume.push(view);
-    }
-  }
-  // A reply sent from this page whose rows the server did not list yet.
-  if (live && !nodes.includes(live.view.el)) {
-    if (live.userView && !nodes.includes(live.userView.el)) nodes.push(live.userView.el);
-    nodes.push(live.view.el);
-  }
-  return { nodes, toResume };
 }
 
 /** Show a loaded conversation's messages; returns the views of replies still being written. */
@@ -399,7 +313,7 @@ async function loadConversations() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Keyboard, transport, connectivity, the address bar
+// Keyboard, connectivity, the address bar
 
 document.addEventListener("keydown", (e) => {
   if (e.key !== "Escape" || e.defaultPrevented) return;
@@ -414,25 +328,8 @@ document.addEventListener("keydown", (e) => {
   }
 });
 
-transportSelect.value = localStorage.getItem(TRANSPORT_KEY) === "ws" ? "ws" : "sse";
-transportSelect.addEventListener("change", () => {
-  localStorage.setItem(TRANSPORT_KEY, transportName());
-  push.use(transportName());
-  announce(`Replies will stream over ${transportName() === "ws" ? "WebSocket" : "SSE"}.`);
-});
-
-function showNetStatus() {
-  const offline = navigator.onLine === false;
-  netStatus.textContent = offline ? "You are offline. Replies will resume when the connection is back." : "";
-  netStatus.hidden = !offline;
-}
-
-window.addEventListener("offline", () => {
-  showNetStatus();
-  // Do not wait for a dead connection to time out: drop it, and resume once back online.
-  replies.interruptAll();
-});
-window.addEventListener("online", showNetStatus);
+// Do not wait for a dead connection to time out: drop it, and resume once back online.
+watchConnectivity($("#net-status"), () => replies.interruptAll());
 
 window.addEventListener("hashchange", () => {
   const id = conversationIdFromHash(location.hash);
@@ -443,10 +340,9 @@ $("#new-chat").addEventListener("click", newChat);
 
 // ---------------------------------------------------------------------------------------------
 
-showNetStatus();
 showLive();
 loadConversations().then(() => {
-  push.use(transportName());
+  push.use(transport.name);
   if (root) root.dataset.ready = "true";
 });
 // Focus the composer, except on touch screens, where that would pop the keyboard up at once.

@@ -7,6 +7,7 @@
 
 import { api } from "./api.js";
 import { DEFAULT_TITLE } from "./conversation-list.js";
+import { Push } from "./push.js";
 
 export class TabSync {
   /**
@@ -100,4 +101,19 @@ export class TabSync {
       this.onGone(c);
     }
   }
+}
+
+/** This page's push channel (push.js) feeding a TabSync: the user's other tabs, heard here.
+ * `root` gets `data-push="connected"` once the channel is up (the tests wait for it). */
+export function hearOtherTabs({ ws, root, ...handlers }) {
+  const sync = new TabSync(handlers);
+  const push = new Push({
+    ws,
+    onEvent: (ev) => sync.handle(ev),
+    onConnected(again) {
+      if (root) root.dataset.push = "connected";
+      if (again) sync.resync();
+    },
+  });
+  return { sync, push };
 }
