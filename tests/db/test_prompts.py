@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import delete
 
 from app.domain.chat import branches, conversations, prompts, reply_rows
-from app.domain.chat.models import Conversation
+from app.domain.chat.models import Conversation, Message
 from app.streaming.events import Status
 from tests.db.chat_rows import Sessions, finish_reply, message_count, reload
 
@@ -82,3 +83,28 @@ async def test_only_the_latest_finished_reply_can_be_regenerated(
     with pytest.raises(reply_rows.NotRegenerableError, match="latest"):
         await branches.add_sibling_reply(db_sessions, r1, "m")
     assert await message_count(db_sessions, conversation.id) == 4
+
+
+async def test_a_racing_delete_is_the_conversation_not_found(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    """A regenerate or an edit that read its message before a delete finds the conversation gone,
+    whichever half of the delete it sees: the conversation row gone, or (SQLite's reads outside a
+    write are separate snapshots) the conversation still there and its messages gone."""
+    question, reply = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
+    await finish_reply(db_sessions, reply.id, "completed", text="one")
+    reply = await reload(db_sessions, reply.id)
+    async with db_sessions() as session, session.begin():  # the delete's first half, as seen
+        await session.execute(delete(Message).where(Message.conversation_id == conversation.id))
+    with pytest.raises(conversations.ConversationNotFoundError):
+        await prompts.regeneration_prompt(db_sessions, reply)
+    with pytest.raises(conversations.ConversationNotFoundError):
+        await prompts.edit_prompt(db_sessions, question, "again")
+
+    assert await conversations.delete_conversation(
+        db_sessions, conversation.user_id, conversation.id
+    )
+    with pytest.raises(conversations.ConversationNotFoundError):
+        await prompts.regeneration_prompt(db_sessions, reply)
+    with pytest.raises(conversations.ConversationNotFoundError):
+        await prompts.edit_prompt(db_sessions, question, "again")

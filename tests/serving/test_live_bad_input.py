@@ -462,8 +462,13 @@ def api_key(world: World) -> str:
         ),
         (b'{"model": "m", "messages": [{"role": "user", "content": "hi \\u0000"}]}', 400, "nul"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', 404, "does not exist"),
+        (  # OpenAI's `user` field, named like a dependency once (Litestar then answered 500)
+            b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": false}',
+            400,
+            "user",
+        ),
     ],
-    ids=["deeply-nested", "lone-surrogate", "nul-character", "unknown-model"],
+    ids=["deeply-nested", "lone-surrogate", "nul-character", "unknown-model", "user-not-a-string"],
 )
 def test_bad_bodies_on_v1_are_4xx_in_openais_shape(
     server: LiveServer, api_key: str, live_database_url: str, body: bytes, status: int, word: str

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from app.db.session import Sessions, transaction
 from app.domain.chat.branches import NotEditableError, load_tree
+from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
 from app.domain.chat.reply_rows import NotRegenerableError
 from app.domain.chat.tree import Tree
@@ -32,12 +33,21 @@ def with_system_prompt(system_prompt: str, messages: list[dict[str, str]]) -> li
 
 async def _page_tree(sessions: Sessions, message: Message, refusal: Exception) -> Tree:
     """The tree of `message`'s conversation; raises `refusal` unless it is a page conversation (an
-    API conversation's prompt was the client's own message list, not what is stored)."""
+    API conversation's prompt was the client's own message list, not what is stored).
+
+    Raises ConversationNotFoundError when a racing delete got there first: the conversation gone,
+    or `message` missing from its tree (on SQLite these reads are separate snapshots, so they can
+    see the conversation before the delete and its messages after it)."""
     async with transaction(sessions) as session:
         conversation = await session.get(Conversation, message.conversation_id)
-        if conversation is None or conversation.source is not ConversationSource.PAGE:
+        if conversation is None:
+            raise ConversationNotFoundError(message.conversation_id)
+        if conversation.source is not ConversationSource.PAGE:
             raise refusal
-        return await load_tree(session, message.conversation_id)
+        tree = await load_tree(session, message.conversation_id)
+    if message.id not in tree.by_id:
+        raise ConversationNotFoundError(message.conversation_id)
+    return tree
 
 
 async def branch_prompt(

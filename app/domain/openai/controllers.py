@@ -32,7 +32,11 @@ from app.engine import Engine
     },
 )
 async def chat_completions(
-    request: Request, replies: ReplyService, engine: Engine, user: User, data: ChatCompletionRequest
+    request: Request,
+    replies: ReplyService,
+    engine: Engine,
+    key_owner: User,
+    data: ChatCompletionRequest,
 ) -> Response[Any] | Stream:
     """A chat completion, as JSON or (`stream: true`) as server-sent events, like OpenAI's.
 
@@ -40,18 +44,21 @@ async def chat_completions(
     JSON, JSON nested too deeply and text that cannot be stored are 400s in OpenAI's shape, and a
     client that leaves mid-body is a quiet 499.
     """
-    return await OpenAIServingChat(replies, engine).create(request, user.id, data)
+    return await OpenAIServingChat(replies, engine).create(request, key_owner.id, data)
 
 
 @get("/models", responses={401: ResponseSpec(OpenAIErrorBody, description=ERRORS[401])})
-async def list_models(engine: Engine, user: User) -> ModelList:
+async def list_models(engine: Engine, key_owner: User) -> ModelList:
     return ModelList(data=[ModelCard(id=engine.model_name)])
 
 
 openai_router = Router(
     path="/v1",
     route_handlers=[chat_completions, list_models],
-    dependencies={"user": Provide(api_key_user)},  # every route here is an API key's owner's
+    # Every route here is an API key's owner's. Not named `user`: OpenAI's body has a `user` field,
+    # and Litestar reports a body field that fails validation under a dependency's name as the
+    # server's fault, a 500 (`_create_exception`, litestar/_signature/model.py).
+    dependencies={"key_owner": Provide(api_key_user)},
     # The domain's error classes too: Litestar picks the handler by the error's class first
     # (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py), so the
     # app's map would win for them.
