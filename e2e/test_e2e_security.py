@@ -65,18 +65,28 @@ CONTENT = ", ".join(
         ".admin-main h1",
     ]
 )
+# The page's own controls inside the message list (built by the page, never from user or model
+# text): their icons and inputs are not injected markup. Only outside the rendered text, though:
+# markup that slipped through markdown.js would sit inside a [data-testid=message-text].
+OWN_CONTROLS = ", ".join(
+    ["[data-testid=rating]", "[data-testid=branch-switcher]", "[data-testid=edit-input]"]
+)
+RENDERED_TEXT = "[data-testid=message-text]"
 
 
 def assert_nothing_ran(page: Page, requested: list[str], where: str) -> None:
     state = page.evaluate(
-        """(where) => {
+        """([where, own, text]) => {
           const areas = [...document.querySelectorAll(where)];
-          const inside = (selector) => areas.flatMap((a) => [...a.querySelectorAll(selector)]);
+          const ours = (e) => !e.closest(text) && e.closest(own) !== null;
+          const inside = (selector) =>
+            areas.flatMap((a) => [...a.querySelectorAll(selector)]).filter((e) => !ours(e));
           return {
             areas: areas.length > 0,
             pwned: window.__pwned === undefined ? null : String(window.__pwned),
             injected: inside(
-              "img, script, iframe, svg, object, embed, style, link, meta, base, form, input"
+              "img, script, iframe, svg, object, embed, style, link, meta, base, form, input, " +
+                "textarea"
             ).map((e) => e.outerHTML),
             handlers: [...document.querySelectorAll("*")].flatMap((e) =>
               [...e.attributes].filter((a) => a.name.startsWith("on")).map(() => e.outerHTML)),
@@ -85,7 +95,7 @@ def assert_nothing_ran(page: Page, requested: list[str], where: str) -> None:
               .filter((h) => !/^(https?:\\/\\/|\\/(?!\\/)|#)/.test(h)),
           };
         }""",
-        CONTENT,
+        [CONTENT, OWN_CONTROLS, RENDERED_TEXT],
     )
     assert state == {"areas": True, "pwned": None, "injected": [], "handlers": [], "hrefs": []}, (
         where,
