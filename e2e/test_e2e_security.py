@@ -26,6 +26,7 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, Request, Route, WebSocketRoute, expect
 
+from app.domain.chat.conversations import title_from_message
 from e2e.conftest import User, watch_pages
 from e2e.helpers import (
     SHORT,
@@ -45,6 +46,8 @@ from tests.live_server import TEST_PASSWORD, LiveServer
 IMG = '<img src=x onerror="window.__pwned=1">'
 SCRIPT = "<script>window.__pwned=2</script>"
 USER_PAYLOAD = f"Repeat exactly: {IMG} {SCRIPT}"
+# The chat's title, made from the first message by the server's rule (cut at a word, with "…").
+USER_TITLE = title_from_message(USER_PAYLOAD)
 REPLY_PAYLOAD = (
     f"Sure: {IMG}\n\n{SCRIPT}\n\n"
     '<svg onload="window.__pwned=3"></svg> <iframe src="javascript:window.__pwned=4"></iframe>\n\n'
@@ -65,18 +68,28 @@ CONTENT = ", ".join(
         ".admin-main h1",
     ]
 )
+# The page's own controls inside the message list (built by the page, never from user or model
+# text): their icons and inputs are not injected markup. Only outside the rendered text, though:
+# markup that slipped through markdown.js would sit inside a [data-testid=message-text].
+OWN_CONTROLS = ", ".join(
+    ["[data-testid=rating]", "[data-testid=branch-switcher]", "[data-testid=edit-input]"]
+)
+RENDERED_TEXT = "[data-testid=message-text]"
 
 
 def assert_nothing_ran(page: Page, requested: list[str], where: str) -> None:
     state = page.evaluate(
-        """(where) => {
+        """([where, own, text]) => {
           const areas = [...document.querySelectorAll(where)];
-          const inside = (selector) => areas.flatMap((a) => [...a.querySelectorAll(selector)]);
+          const ours = (e) => !e.closest(text) && e.closest(own) !== null;
+          const inside = (selector) =>
+            areas.flatMap((a) => [...a.querySelectorAll(selector)]).filter((e) => !ours(e));
           return {
             areas: areas.length > 0,
             pwned: window.__pwned === undefined ? null : String(window.__pwned),
             injected: inside(
-              "img, script, iframe, svg, object, embed, style, link, meta, base, form, input"
+              "img, script, iframe, svg, object, embed, style, link, meta, base, form, input, " +
+                "textarea"
             ).map((e) => e.outerHTML),
             handlers: [...document.querySelectorAll("*")].flatMap((e) =>
               [...e.attributes].filter((a) => a.name.startsWith("on")).map(() => e.outerHTML)),
@@ -85,7 +98,7 @@ def assert_nothing_ran(page: Page, requested: list[str], where: str) -> None:
               .filter((h) => !/^(https?:\\/\\/|\\/(?!\\/)|#)/.test(h)),
           };
         }""",
-        CONTENT,
+        [CONTENT, OWN_CONTROLS, RENDERED_TEXT],
     )
     assert state == {"areas": True, "pwned": None, "injected": [], "handlers": [], "hrefs": []}, (
         where,
@@ -209,8 +222,8 @@ def test_html_in_the_users_message_renders_as_text(
     chat.reload()
     assert chat.user_messages().last.get_by_test_id("message-text").text_content() == USER_PAYLOAD
     chat.assert_screen_is(chat.assistant_messages().last, stored["content"])
-    expect(chat.page.get_by_test_id("conversation-title")).to_have_text(USER_PAYLOAD[:80])
-    expect(chat.page.get_by_test_id("conversation-link")).to_have_text(USER_PAYLOAD[:80])
+    expect(chat.page.get_by_test_id("conversation-title")).to_have_text(USER_TITLE)
+    expect(chat.page.get_by_test_id("conversation-link")).to_have_text(USER_TITLE)
     assert_nothing_ran(chat.page, requested, "after a reload")
 
     # The admin console renders the same words as text.
@@ -218,7 +231,7 @@ def test_html_in_the_users_message_renders_as_text(
     admin_requests = watch_payload_requests(admin.page)
     admin.page.goto(f"/admin?q={quote(USER_PAYLOAD[:20])}")
     row = admin.page.locator(f"[data-conversation-id='{conversation_id}']")
-    expect(row.get_by_role("link")).to_have_text(USER_PAYLOAD[:80])
+    expect(row.get_by_role("link")).to_have_text(USER_TITLE)
     assert_nothing_ran(admin.page, admin_requests, "admin list")
     admin.page.goto(f"/admin/conversations/{conversation_id}")
     content = admin.page.get_by_test_id("admin-message").first.locator(".admin-content")
