@@ -122,11 +122,11 @@ def test_chat_page_is_accessible(
     page.keyboard.press("Escape")
     expect(page.locator("#account-dialog")).to_be_hidden()
 
-    settings = page.get_by_test_id("settings-toggle")  # the per-conversation settings panel
-    if settings.count():
-        settings.click()
-        assert_accessible(page, f"chat, settings panel ({theme})")
-        page.keyboard.press("Escape")
+    page.get_by_test_id("open-settings").click()  # the per-conversation settings panel
+    expect(page.get_by_test_id("settings-panel")).to_be_visible()
+    assert_accessible(page, f"chat, settings panel ({theme})")
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("settings-panel")).to_be_hidden()
 
     # A phone: the conversation list as a drawer over the page.
     page.set_viewport_size({"width": 400, "height": 780})
