@@ -18,7 +18,7 @@ def test_histogram_counts_every_value_and_reports_percentiles() -> None:
     svg = histogram_svg(values, "TTFT")
     counts = [int(n) for n in re.findall(r": (\d+)</title></rect>", svg)]
     assert sum(counts) == 100 and sorted(counts) == [10, 90]
-    assert "n=100" in svg and "p50=5ms" in svg and "p99=500ms" in svg
+    assert "n=100" in svg and "p50=5 ms" in svg and "p99=500 ms" in svg
 
 
 def test_histogram_bars_have_a_colour_no_end_state_uses() -> None:
@@ -55,3 +55,10 @@ def test_ratings_chart_pairs_up_and_down_per_day_and_escapes_text() -> None:
         ("2026-11-29", "down", "1"),
     ]  # a day outside the range is left out
     assert "no data yet" in ratings_per_day_svg([], "Ratings", days)
+
+
+def test_chart_durations_read_like_the_pages() -> None:
+    """As static/js/format.js writes them: "9.8 s", not "9832ms" or "9.832s"."""
+    svg = histogram_svg([9832.0] * 3 + [125_000.0], "TTFT")
+    assert "p50=9.8 s" in svg and "p99=2 min 5 s" in svg
+    assert "9.832" not in svg and "9832" not in svg

@@ -53,7 +53,15 @@ def log_buckets(low_ms: float = 1.0, high_ms: float = 10_000.0, per_decade: int 
 
 
 def _label_ms(value: float) -> str:
-    return f"{value / 1000:g}s" if value >= 1000 else f"{value:g}ms"
+    """A duration as the pages write it (static/js/format.js `formatDuration`): "850 ms",
+    "9.8 s", "2 min 5 s"."""
+    if round(value) < 1000:
+        return f"{round(value)} ms"
+    tenths = round(value / 100)
+    if tenths < 600:
+        return f"{tenths / 10:.1f} s"
+    seconds = round(value / 1000)
+    return f"{seconds // 60} min {seconds % 60} s"
 
 
 def histogram_svg(values_ms: Sequence[float], title: str, width: int = 420) -> str:
