@@ -52,6 +52,27 @@ def log_buckets(low_ms: float = 1.0, high_ms: float = 10_000.0, per_decade: int 
     return [low_ms * 10 ** (i / per_decade) for i in range(count + 1)]
 
 
+def _time_ends(first: str, last: str, width: int) -> str:
+    """The first and last time under a chart's x axis."""
+    return (
+        f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 22}" class="tick">{escape(first)}</text>'
+        f'<text x="{width - MARGIN_RIGHT}" y="{HEIGHT - 22}" text-anchor="end" class="tick">'
+        f"{escape(last)}</text>"
+    )
+
+
+def _legend(entries: list[tuple[str, str]], spacing: int) -> str:
+    """A swatch and a label per (label, colour), left to right under the chart."""
+    parts = []
+    for i, (label, colour) in enumerate(entries):
+        x = MARGIN_LEFT + i * spacing
+        parts.append(
+            f'<rect x="{x}" y="{HEIGHT - 12}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{x + 14}" y="{HEIGHT - 3}" class="legend">{escape(label)}</text>'
+        )
+    return "".join(parts)
+
+
 def _label_ms(value: float) -> str:
     """A duration as the pages write it (static/js/format.js `formatDuration`): "850 ms",
     "9.8 s", "2 min 5 s"."""
@@ -140,19 +161,8 @@ def states_over_time_svg(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(1.0, bar_w - 2):.1f}" '
                 f'height="{h:.1f}" fill="{STATUS_COLOURS[status]}"><title>{escape(label)}</title></rect>'
             )
-    first, last = buckets[0], buckets[-1]
-    parts.append(
-        f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 22}" class="tick">{escape(f"{first:%m-%d %H:%M}")}</text>'
-        f'<text x="{width - MARGIN_RIGHT}" y="{HEIGHT - 22}" text-anchor="end" class="tick">'
-        f"{escape(f'{last:%m-%d %H:%M}')}</text>"
-    )
-    legend_x = MARGIN_LEFT
-    for status, colour in STATUS_COLOURS.items():
-        parts.append(
-            f'<rect x="{legend_x}" y="{HEIGHT - 12}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{legend_x + 14}" y="{HEIGHT - 3}" class="legend">{escape(status)}</text>'
-        )
-        legend_x += 105
+    parts.append(_time_ends(f"{buckets[0]:%m-%d %H:%M}", f"{buckets[-1]:%m-%d %H:%M}", width))
+    parts.append(_legend([(status, colour) for status, colour in STATUS_COLOURS.items()], 105))
     parts.append(
         f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + 10}" text-anchor="end" class="tick">{peak}</text>'
     )
@@ -192,18 +202,9 @@ def ratings_per_day_svg(
                 f'<rect x="{x:.1f}" y="{MARGIN_TOP + plot_h - h:.1f}" width="{bar_w:.1f}" '
                 f'height="{h:.1f}" fill="{RATING_COLOURS[rating]}"><title>{escape(label)}</title></rect>'
             )
+    parts.append(_time_ends(f"{days[0]:%m-%d}", f"{days[-1]:%m-%d}", width))
     parts.append(
-        f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 22}" class="tick">{escape(f"{days[0]:%m-%d}")}</text>'
-        f'<text x="{width - MARGIN_RIGHT}" y="{HEIGHT - 22}" text-anchor="end" class="tick">'
-        f"{escape(f'{days[-1]:%m-%d}')}</text>"
         f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + 10}" text-anchor="end" class="tick">{peak}</text>'
     )
-    legend_x = MARGIN_LEFT
-    for rating, colour in RATING_COLOURS.items():
-        parts.append(
-            f'<rect x="{legend_x}" y="{HEIGHT - 12}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{legend_x + 14}" y="{HEIGHT - 3}" class="legend">'
-            f"{escape(RATING_LABELS[rating])}</text>"
-        )
-        legend_x += 90
+    parts.append(_legend([(RATING_LABELS[r], colour) for r, colour in RATING_COLOURS.items()], 90))
     return _svg("".join(parts), title, width)
