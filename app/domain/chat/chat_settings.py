@@ -13,6 +13,7 @@ from __future__ import annotations
 from uuid import UUID
 
 import msgspec
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Sessions, transaction
 from app.domain.chat import conversations
@@ -22,6 +23,8 @@ from app.domain.chat.schemas import ReplyOptions
 from app.domain.chat.settings_models import ConversationSettings, UserChatDefaults
 from app.domain.chat.settings_schemas import ChatSettings, SettingsView
 from app.domain.errors import InvalidInputError
+
+SettingsRow = ConversationSettings | UserChatDefaults
 
 NO_SETTINGS = ChatSettings()
 
@@ -49,6 +52,15 @@ def checked(settings: ChatSettings, limits: ReplyLimits, context_size: int) -> C
     return settings
 
 
+async def _store(
+    session: AsyncSession, fresh: SettingsRow, key: UUID, settings: ChatSettings
+) -> None:
+    """Write `settings` into the stored row with this key, or into `fresh` if there is none."""
+    row = await session.get(type(fresh), key) or fresh
+    session.add(row)  # a no-op for a row already in the session
+    row.system_prompt, row.sampling = settings.system_prompt, settings.given()
+
+
 async def for_conversation(sessions: Sessions, conversation_id: UUID) -> ChatSettings:
     """A conversation's settings (none chosen: all defaults)."""
     async with transaction(sessions) as session:
@@ -71,11 +83,12 @@ async def save_for_conversation(
         conversation = await session.get(Conversation, conversation_id)
         if conversation is None or conversation.user_id != user_id:
             raise conversations.ConversationNotFoundError(conversation_id)
-        row = await session.get(ConversationSettings, conversation_id)
-        if row is None:
-            row = ConversationSettings(conversation_id=conversation_id)
-            session.add(row)
-        row.system_prompt, row.sampling = settings.system_prompt, settings.given()
+        await _store(
+            session,
+            ConversationSettings(conversation_id=conversation_id),
+            conversation_id,
+            settings,
+        )
     return settings
 
 
@@ -88,11 +101,7 @@ async def save_user_defaults(
     sessions: Sessions, user_id: UUID, settings: ChatSettings
 ) -> ChatSettings:
     async with transaction(sessions) as session:
-        row = await session.get(UserChatDefaults, user_id)
-        if row is None:
-            row = UserChatDefaults(user_id=user_id)
-            session.add(row)
-        row.system_prompt, row.sampling = settings.system_prompt, settings.given()
+        await _store(session, UserChatDefaults(user_id=user_id), user_id, settings)
     return settings
 
 
