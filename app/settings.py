@@ -38,7 +38,9 @@ class EngineSettings:
     # the first of GET /v1/models); None: SmolLM2
     model_path: str | None = None
     context_size: int = 2048  # tokens one sequence may hold: prompt + reply
-    max_seqs: int = 16  # sequences decoding at once; the rest wait (fairly across users)
+    # Sequences decoding at once; the rest wait (fairly across users). On llama.cpp the KV pool
+    # bounds admission first (a request enters once its whole reply fits); ids are cheap.
+    max_seqs: int = 64
     kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:
@@ -46,12 +48,14 @@ class EngineSettings:
     # (GOMP_SPINCOUNT, see llamacpp_native.py). On a hyper-threaded host, the physical core count
     # may do better.
     threads: int = max(1, os.cpu_count() or 1)
-    # Tokens per engine step: a decode token per running sequence first, the rest for prompt chunks
-    # (at least a quarter of it). On CPU a prompt token costs about as much as a decode token, so
-    # this bounds how much a long prompt slows the streams already running: with 8 of them and a
-    # 1,500-token prompt arriving, 16 kept every gap within 3x the steady one (24: 5-8x; one big
-    # step: a 14-26 s freeze). See bench/chunked_prefill.py.
-    step_token_budget: int = 16
+    # Chunked prefill, by time (app/engine/step_clock.py): a step that carries prompt chunks
+    # beside decoding streams may last `step_stretch` times a decode-only step, or
+    # `step_floor_ms` where that is longer; with nobody decoding, a step takes up to
+    # `max_step_tokens` of waiting prompts at once. With 8 streams decoding and a 1,500-token
+    # prompt arriving, 2.0 keeps their gaps within ~2-3x the steady one (bench/chunked_prefill.py).
+    step_stretch: float = 2.0
+    step_floor_ms: float = 100.0
+    max_step_tokens: int = 1024
     # TensorRT-LLM's executor in this process (TLLM_WORKER_USE_SINGLE_PROCESS=1) or, the default,
     # in its worker process: TensorRT-LLM warns that in-process may hurt streaming (app/engine/trtllm.py)
     trtllm_in_process: bool = False
@@ -83,7 +87,9 @@ class EngineSettings:
             max_seqs=_env_int("ENGINE_MAX_SEQS", d.max_seqs),
             kv_cells=_env_int("ENGINE_KV_CELLS", d.kv_cells),
             threads=_env_int("ENGINE_THREADS", d.threads),
-            step_token_budget=_env_int("ENGINE_STEP_TOKENS", d.step_token_budget),
+            step_stretch=_env_float("ENGINE_STEP_STRETCH", d.step_stretch),
+            step_floor_ms=_env_float("ENGINE_STEP_FLOOR_MS", d.step_floor_ms),
+            max_step_tokens=_env_int("ENGINE_MAX_STEP_TOKENS", d.max_step_tokens),
             trtllm_in_process=_env_bool("TRTLLM_IN_PROCESS", d.trtllm_in_process),
             synthetic_step_ms=_env_float("SYNTHETIC_STEP_MS", d.synthetic_step_ms),
             synthetic_per_seq_ms=_env_float("SYNTHETIC_PER_SEQ_MS", d.synthetic_per_seq_ms),

@@ -1,6 +1,6 @@
 """Does a long prompt freeze the streams already running? Chunked prefill, measured.
 
-    /work/venv/bin/python bench/chunked_prefill.py [--budgets 32,4096] [--prompt-tokens 1500]
+    python bench/chunked_prefill.py [--stretches 2,off] [--prompt-tokens 1500]
 
 Eight greedy streams decode; once they are in their stride, a ~1,500-token prompt arrives. We record
 when each of the eight streams' events reach asyncio and report, for the prefill window (from the
@@ -10,10 +10,12 @@ long prompt's arrival to its first token):
 - their median gap before the long prompt arrived (steady decoding),
 - the long prompt's time to first token.
 
-With the engine's per-step token budget, the prompt enters a slice per step and every step still
-advances the eight streams: the gaps grow by the slice's cost but never freeze. The control run
-with a budget larger than the prompt prefills it in one step: every stream stalls for the whole
-prefill (seconds on CPU). The default budget (`EngineSettings.step_token_budget`) comes first.
+With the engine's time-based prompt budget (app/engine/step_clock.py: a step carrying a prompt
+chunk may last `step_stretch` times a decode-only step), the prompt enters a slice per step and
+every step still advances the eight streams: the gaps grow by the slice's cost but never freeze.
+The control run (`off`: no bound, steps of up to 4,096 tokens) prefills it in one step: every
+stream stalls for the whole prefill (seconds on CPU). The default stretch
+(`EngineSettings.step_stretch`, with its floor) comes first.
 """
 
 from __future__ import annotations
@@ -60,9 +62,11 @@ def long_prompt(engine: LlamaCppEngine, tokens: int) -> list[dict[str, str]]:
 
 
 async def trial(
-    budget: int, prompt_tokens: int, threads: int, warm_tokens: int
+    stretch: float, prompt_tokens: int, threads: int, warm_tokens: int
 ) -> dict[str, float]:
-    settings = EngineSettings(threads=threads, step_token_budget=budget, max_seqs=16)
+    settings = EngineSettings(
+        threads=threads, step_stretch=stretch, max_seqs=16, max_step_tokens=4096
+    )
     engine = LlamaCppEngine(settings)
     await engine.start()
     stamps: list[list[float]] = [[] for _ in STREAM_TOPICS]
@@ -109,7 +113,7 @@ async def trial(
             elif b <= first_at + 1e-3:
                 inside.append(b - a)
     return {
-        "budget": budget,
+        "stretch": stretch,
         "prompt_tokens": fin.prompt_tokens,
         "steady_median": statistics.median(before),
         "median": statistics.median(inside),
@@ -127,38 +131,45 @@ def row(label: str, r: dict[str, float]) -> str:
     )
 
 
+OFF = 1e9  # a stretch no step reaches: the whole prompt in one step
+
+
 async def main() -> None:
-    default = EngineSettings.step_token_budget
+    default = EngineSettings.step_stretch
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--budgets", default=f"{default},4096")
+    parser.add_argument("--stretches", default=f"{default},off", help="'off': no bound")
     parser.add_argument("--prompt-tokens", type=int, default=1500)
     parser.add_argument("--threads", type=int, default=EngineSettings.threads)
     parser.add_argument("--warm-tokens", type=int, default=10)
-    parser.add_argument("--reps", type=int, default=2, help="trials per budget (medians shown)")
+    parser.add_argument("--reps", type=int, default=2, help="trials per stretch (medians shown)")
     args = parser.parse_args()
-    budgets = [int(b) for b in args.budgets.split(",")]
+    stretches = [OFF if s == "off" else float(s) for s in args.stretches.split(",")]
 
     print(
         f"8 streams decoding, then a ~{args.prompt_tokens}-token prompt; {args.threads} threads; "
-        f"default budget {default}; <=3x: window max within 3x the steady median gap"
+        f"default stretch {default} (floor {EngineSettings.step_floor_ms:.0f} ms); "
+        f"<=3x: window max within 3x the steady median gap"
     )
     header = (
-        f"{'budget':>14} {'prompt':>7} {'steady p50':>11} {'window p50':>11} {'window max':>11} "
+        f"{'stretch':>14} {'prompt':>7} {'steady p50':>11} {'window p50':>11} {'window max':>11} "
         f"{'max/p50':>8} {'max/steady':>11} {'<=3x':>6} {'long TTFT':>10}"
     )
     print(header)
-    results: dict[int, list[dict[str, float]]] = {b: [] for b in budgets}
+
+    def name(stretch: float) -> str:
+        return "off (control)" if stretch == OFF else f"{stretch:g}"
+
+    results: dict[float, list[dict[str, float]]] = {s: [] for s in stretches}
     for rep in range(args.reps):
-        for budget in budgets:
-            r = await trial(budget, args.prompt_tokens, args.threads, args.warm_tokens)
-            results[budget].append(r)
-            print(row(f"{budget} (run {rep + 1})", r), flush=True)
+        for stretch in stretches:
+            r = await trial(stretch, args.prompt_tokens, args.threads, args.warm_tokens)
+            results[stretch].append(r)
+            print(row(f"{name(stretch)} (run {rep + 1})", r), flush=True)
     print("\nmedians over runs:\n" + header)
-    for budget in budgets:
-        runs = results[budget]
+    for stretch in stretches:
+        runs = results[stretch]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        label = f"{budget}" + (" (control)" if budget >= med["prompt_tokens"] else "")
-        print(row(label, med))
+        print(row(name(stretch), med))
 
 
 if __name__ == "__main__":

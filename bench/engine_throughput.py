@@ -85,8 +85,19 @@ def baseline_worker(model_path: str, threads: int) -> None:
     Reads "n max_tokens tag" lines; answers each with [total completion tokens, total seconds] for n
     requests served one after another.
     """
+    import llama_cpp
     from llama_cpp import Llama
 
+    # no weight repacking, as the engine (app/engine/llamacpp_native.py: AMX kernels crash);
+    # `Llama` has no argument for it, so its defaults are patched
+    defaults = llama_cpp.llama_model_default_params
+
+    def plain_weights() -> llama_cpp.llama_model_params:
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    llama_cpp.llama_model_default_params = plain_weights
     llm = Llama(
         model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False
     )
@@ -158,7 +169,7 @@ async def main() -> None:
     parser.add_argument("--levels", default="1,4,8,16")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=EngineSettings.threads)
-    parser.add_argument("--budget", type=int, default=EngineSettings.step_token_budget)
+    parser.add_argument("--stretch", type=float, default=EngineSettings.step_stretch)
     parser.add_argument("--no-flash-attn", action="store_true")
     parser.add_argument("--prefix-cache", type=int, default=8, help="entries; 0 turns it off")
     args = parser.parse_args()
@@ -170,7 +181,7 @@ async def main() -> None:
     from app.engine.llamacpp import LlamaCppEngine
 
     settings = EngineSettings(
-        threads=args.threads, max_seqs=max(16, *levels), step_token_budget=args.budget
+        threads=args.threads, max_seqs=max(16, *levels), step_stretch=args.stretch
     )
     engine = LlamaCppEngine(
         settings, flash_attn=not args.no_flash_attn, prefix_cache=args.prefix_cache
@@ -179,7 +190,7 @@ async def main() -> None:
     await run_engine(engine, 2, 8, "warm")
     print(f"model {model_path}")
     print(
-        f"threads {args.threads}, max_tokens {args.max_tokens}, greedy, step budget {args.budget}, "
+        f"threads {args.threads}, max_tokens {args.max_tokens}, greedy, step stretch {args.stretch:g}, "
         f"prefix cache {args.prefix_cache}, "
         f"{args.reps} repetitions (medians shown); engine GOMP_SPINCOUNT="
         f"{os.environ.get('GOMP_SPINCOUNT', '-')}, baseline's {spin_before or 'libgomp default'}",

@@ -32,9 +32,11 @@ from app.engine.base import (
 from app.engine.chat_template import ChatTemplate
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.llamacpp_loop import StepLoop
-from app.engine.llamacpp_native import MAX_UBATCH, ContextConfig, NativeModel
+from app.engine.llamacpp_native import ContextConfig, NativeModel
+from app.engine.llamacpp_prefix_cache import common_prefix_len
 from app.engine.llamacpp_scheduler import Scheduler, Sequence
 from app.engine.model_files import resolve_model_path
+from app.engine.step_clock import StepClock
 from app.engine.streams import EventStream
 from app.settings import EngineSettings
 
@@ -59,16 +61,16 @@ class LlamaCppEngine:
         self._sched = Scheduler(
             max_seqs=settings.max_seqs,
             kv_cells=settings.kv_cells,
-            step_token_budget=settings.step_token_budget,
+            max_step_tokens=settings.max_step_tokens,
             cache_entries=prefix_cache,
-            idle_prefill=MAX_UBATCH,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
         self._pending: list[Sequence] = []  # generated this event-loop tick, not yet handed over
         self._n_handed = 0  # sequences handed to the loop thread (the event loop writes)
         self._open: dict[str, Sequence] = {}  # request id -> sequence, until it finishes
-        self._steps = StepLoop(self._sched, self._open)
+        clock = StepClock(stretch=settings.step_stretch, floor_s=settings.step_floor_ms / 1000)
+        self._steps = StepLoop(self._sched, self._open, clock)
         self._kv_total = settings.kv_cells
 
     # --- Engine protocol -------------------------------------------------------------------------
@@ -89,7 +91,7 @@ class LlamaCppEngine:
             kv_cells=self.settings.kv_cells,
             max_seqs=self._sched.n_seq_ids + 1,  # the last one is the pad token's
             # llama.cpp reserves an output row per sequence id and aborts if n_batch is smaller
-            batch_tokens=max(self._sched.batch_capacity, self._sched.n_seq_ids) + 1,
+            batch_tokens=max(self._sched.max_step_tokens, self._sched.n_seq_ids) + 1,
             threads=self.settings.threads,
             flash_attn=self._flash_attn,
         )
@@ -111,15 +113,22 @@ class LlamaCppEngine:
         self._kv_total = native.n_ctx
         self._sched.kv_cells = native.n_ctx - 1  # a cell stays free for the pad token
         self._accepting = True
-        self._steps.start(native, self._loop)
+        self._steps.start(native, self._loop, self._opening(native, self._template))
         log.info(
-            "llama.cpp engine: %s, %d KV cells, %d seqs, %d-token steps, %d threads",
+            "llama.cpp engine: %s, %d KV cells, %d seqs, steps up to %d tokens, %d threads",
             self._model_path,
             native.n_ctx,
             self.settings.max_seqs,
-            self.settings.step_token_budget,
+            self._sched.max_step_tokens,
             self.settings.threads,
         )
+
+    @staticmethod
+    def _opening(native: NativeModel, template: ChatTemplate) -> list[int]:
+        """What every prompt's tokens start with before the first message's own text: two
+        conversations that differ only there, tokenised, up to where they part."""
+        a, b = (native.tokenize(template.render([{"role": "user", "content": c}])) for c in "AZ")
+        return a[: common_prefix_len(a, b)]
 
     async def shutdown(self) -> None:
         self._accepting = False
@@ -195,5 +204,8 @@ class LlamaCppEngine:
                 "prefix_cache_entries": len(self._sched.cache.entries),
                 "prefix_cache_cells": counts.cache_cells,
                 "prefix_reused_tokens": self._sched.cache.reused_tokens,
+                "prefix_shared_tokens": sum(
+                    len(e.tokens) for e in self._sched.cache.entries if e.shared
+                ),
             },
         )

@@ -6,12 +6,14 @@ Shape of the loop (one iteration = one step = one `llama_decode`):
     admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
                                     a cached prefix of the owner's own earlier prompts is shared,
                                     not prefilled again)
-    build ONE batch                (a decode token per running sequence + prompt chunks, budgeted;
-                                    never a lone token: see `StepLoop._decode_padded`)
+    build ONE batch                (a decode token per running sequence + prompt chunks, as many as
+                                    the step clock allows: `step_clock`; never a lone token: see
+                                    `StepLoop._decode_padded`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
     sample per sequence            (own sampler chain, reading only the rows flagged for logits)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
     hand the step's events to asyncio in ONE call_soon_threadsafe
+    time the step                  (the clock learns what decode and prompt tokens cost)
 
 The thread never waits for a consumer: events go into each request's `EventStream`, which buffers.
 `abort` only flags the sequence and wakes the loop; the loop ends it at the next step boundary.
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
 from app.engine.llamacpp_native import PAD_TOKEN_POS, NativeModel, needs_pad
 from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
+from app.engine.step_clock import StepClock
 from app.engine.streams import EventStream
 
 log = logging.getLogger(__name__)
@@ -61,10 +64,13 @@ class StepCounters:
 class StepLoop:
     """Runs the scheduler's sequences on one `NativeModel`, in a thread of its own."""
 
-    def __init__(self, sched: Scheduler, open_requests: dict[str, Sequence]) -> None:
+    def __init__(
+        self, sched: Scheduler, open_requests: dict[str, Sequence], clock: StepClock
+    ) -> None:
         """`open_requests` is the engine's request id -> sequence map: a sequence leaves it when
-        it finishes."""
+        it finishes. `clock` sizes each step's prompt chunks."""
         self._sched = sched
+        self._clock = clock
         self._open = open_requests
         # one more sequence id, past the others, for the pad token of a one-token step
         self._pad_seq = sched.n_seq_ids
@@ -77,6 +83,7 @@ class StepLoop:
         self._aborts: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._outbox: Delivery = []
+        self._opening: list[int] = []
         self.counters = StepCounters()
 
     @property
@@ -85,8 +92,12 @@ class StepLoop:
 
     # --- called on the event loop ----------------------------------------------------------------
 
-    def start(self, native: NativeModel, loop: asyncio.AbstractEventLoop) -> None:
+    def start(
+        self, native: NativeModel, loop: asyncio.AbstractEventLoop, opening: list[int]
+    ) -> None:
+        """`opening`: the chat template's opening tokens, the prefix every prompt may share."""
         self._native, self._loop = native, loop
+        self._opening = opening
         self._thread = threading.Thread(target=self._run, name="llamacpp-engine", daemon=True)
         self.alive = True
         self._thread.start()
@@ -119,6 +130,7 @@ class StepLoop:
         native = self._native
         assert native is not None
         try:
+            self._prefill_opening(native)
             while not self._stopping:
                 self._take_new_and_aborts()
                 self._publish()  # cancellations reach their streams before the next decode
@@ -176,7 +188,8 @@ class StepLoop:
                     seq.n_cached = reuse
                 seed = seq.params.seed if seq.params.seed is not None else random.getrandbits(32)
                 seq.sampler = native.new_sampler(seq.params, seed)
-            chunks = sched.plan()
+            decoders = sched.decoders
+            chunks = sched.plan(self._clock.prefill_budget(decoders, sched.max_step_tokens))
             batch = native.batch
             assert batch is not None
             batch.clear()
@@ -192,16 +205,38 @@ class StepLoop:
                 seq.n_cached += len(chunk.tokens)
                 if seq.batch_index >= 0:
                     self._accept(seq, native.sample(seq.sampler, seq.batch_index), now)
+            if chunks:
+                prompt_tokens = sum(len(chunk.tokens) for chunk in chunks) - decoders
+                self._clock.record(decoders, prompt_tokens, time.perf_counter() - t0)
         except Exception as exc:
             log.exception("llama.cpp engine step failed")
             self.counters.step_errors += 1
             self._end_all(FinishReason.ERROR, f"engine step failed: {exc}")
             native.forget_all()
             sched.cache.clear()
+            self._prefill_opening(native)
         self.counters.steps += 1
         self._update_counters()
         self.counters.last_step_s = time.perf_counter() - t0
         self._publish()
+
+    def _prefill_opening(self, native: NativeModel) -> None:
+        """Compute the shared opening's cells once, under its own sequence id, and pin them in the
+        prefix cache (see `llamacpp_prefix_cache`): from then on no prompt prefills it again."""
+        seq_id = self._sched.shared_seq_id
+        if seq_id is None or len(self._opening) < 2:
+            return
+        batch = native.batch
+        assert batch is not None
+        batch.clear()
+        batch.add_run(self._opening, 0, seq_id, False)
+        try:
+            self._decode_padded(native)
+        except Exception:  # not worth failing for: prompts then prefill it themselves
+            log.exception("could not prefill the chat template's opening")
+            native.forget(seq_id)
+            return
+        self._sched.cache.pin(seq_id, list(self._opening))
 
     def _decode_padded(self, native: NativeModel) -> None:
         """Decode the step's batch, never as a one-row graph (see `llamacpp_native.needs_pad`).

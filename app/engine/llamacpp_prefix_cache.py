@@ -23,6 +23,11 @@ on what others asked (a warm prefix is computed in another step than a cold one)
 user, through a shorter time to first token, that someone else had sent the same prefix. Eviction
 stays global (least recently used first): the cells are one pool.
 
+One entry is everybody's: the chat template's opening, what every prompt renders before the first
+message's own text (SmolLM2's default system prompt: most of a short chat prompt). The engine
+prefills it once at start (`pin`) and it is never evicted, so every request finds it warm: it
+says nothing about anyone's traffic, and a reply computed over it is the same whoever came before.
+
 This module is bookkeeping only; the engine performs the native calls it asks for.
 """
 
@@ -49,7 +54,8 @@ class Entry:
     seq_id: int
     tokens: list[int]  # exactly what the entry's cells hold, positions 0..len-1
     last_used: int = 0
-    owner: str | None = None  # only this owner's prompts may reuse it
+    owner: str | None = None  # only this owner's prompts may reuse it ...
+    shared: bool = False  # ... unless it is the pinned opening every prompt may reuse
 
 
 @dataclass(slots=True)
@@ -74,7 +80,17 @@ class PrefixCache:
         return sum(len(e.tokens) for e in self.entries)
 
     def _own(self, owner: str | None) -> list[Entry]:
-        return [e for e in self.entries if e.owner == owner]
+        return [e for e in self.entries if e.owner == owner and not e.shared]
+
+    def _usable(self, owner: str | None) -> list[Entry]:
+        return [e for e in self.entries if e.shared or e.owner == owner]
+
+    def pin(self, seq_id: int, tokens: list[int]) -> Entry:
+        """Record the shared opening (the caller prefilled `tokens` into `seq_id`, an id of its own,
+        not one of `seq_ids`); it is never evicted."""
+        entry = Entry(seq_id, tokens, shared=True)
+        self.entries.append(entry)
+        return entry
 
     def lookup(self, prompt: list[int], owner: str | None = None) -> tuple[Entry | None, int]:
         """The owner's entry sharing the longest prefix with `prompt`, and how many tokens to take.
@@ -82,7 +98,7 @@ class PrefixCache:
         At least the prompt's last token is left to prefill: its logits give the first reply token.
         """
         best, best_len = None, 0
-        for entry in self._own(owner):
+        for entry in self._usable(owner):
             n = common_prefix_len(entry.tokens, prompt)
             if n > best_len:
                 best, best_len = entry, n
@@ -109,7 +125,10 @@ class PrefixCache:
         free = [s for s in self.seq_ids if s not in used]
         if free:
             return StorePlan(free[0], None)
-        victim = min(self.entries, key=lambda e: e.last_used)
+        evictable = [e for e in self.entries if not e.shared]
+        if not evictable:
+            return None
+        victim = min(evictable, key=lambda e: e.last_used)
         return StorePlan(victim.seq_id, victim)
 
     def commit_store(
@@ -132,7 +151,7 @@ class PrefixCache:
 
     def evict_lru(self, keep: Entry | None = None) -> Entry | None:
         """Remove and return the least recently used entry other than `keep` (None if none)."""
-        candidates = [e for e in self.entries if e is not keep]
+        candidates = [e for e in self.entries if e is not keep and not e.shared]
         if not candidates:
             return None
         victim = min(candidates, key=lambda e: e.last_used)
@@ -142,7 +161,7 @@ class PrefixCache:
     def best_match(self, prompt: list[int], owner: str | None = None) -> Entry | None:
         """Like `lookup` without touching recency or counters (to protect it from eviction)."""
         best, best_len = None, MIN_REUSE - 1
-        for entry in self._own(owner):
+        for entry in self._usable(owner):
             n = common_prefix_len(entry.tokens, prompt)
             if n > best_len:
                 best, best_len = entry, n

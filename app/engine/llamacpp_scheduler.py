@@ -4,20 +4,20 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
 
 - Admission is fair across owners and all-or-nothing per request: the request due next (the
   oldest waiting one of the owner with the fewest running, see `fair_queue`; FIFO within one
-  owner) enters when a sequence slot is free and the KV pool can hold its whole worst case
+  owner) enters when a sequence id is free and the KV pool can hold its whole worst case
   (prompt + capped reply), so a running sequence never runs out of cells mid-reply and no
-  preemption is needed. A request that does not fit yet blocks the others, so a big one is never
-  overtaken forever. Cells kept by the prefix cache count as used until admission needs them: then
-  the least recently used entries go first, the entry the newcomer could reuse last.
-- Each step plans one decode token for every sequence past its prompt, then spends what remains of
-  the step's token budget on prompt chunks, fairly across owners: each owner's first prompt in
-  the queue before anyone's second, and among those the shortest remainder first (oldest
-  admission breaks ties), so a newcomer's short prompt does not wait behind the prompts of
-  someone's flood that were admitted just before it. A long prompt therefore enters
-  in slices over several steps while everyone else keeps getting a token per step. Prefill always
-  gets at least a quarter of the budget, so a full house of decoders cannot starve a newcomer.
-  When nobody is decoding there is nobody to stall, and prompts go in `idle_prefill` tokens at a
-  time (on CPU, 63-token chunks prefill about a third faster than 16-token ones).
+  preemption is needed. The pool, not a small fixed count, is what bounds the running set: the
+  sequence ids (`max_seqs`) are many and cheap. A request that does not fit yet blocks the others,
+  so a big one is never overtaken forever. Cells kept by the prefix cache count as used until
+  admission needs them: then the least recently used entries go first, the entry the newcomer
+  could reuse last.
+- Each step plans one decode token for every sequence past its prompt, then spends the step's
+  prompt budget (sized by time: `step_clock.StepClock`) on prompt chunks, first come first served
+  within rounds across owners: each owner's first prompt in the queue before anyone's second, and
+  within a round the earliest admitted first, so the earliest arrival gets its first token first
+  and a newcomer's prompt does not wait behind someone's flood admitted just before it. A long
+  prompt therefore enters in slices over several steps while everyone else keeps getting a token
+  per step.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 from app.engine.base import SamplingParams
 from app.engine.fair_queue import FairQueue
 from app.engine.llamacpp_prefix_cache import Entry, PrefixCache
+from app.engine.step_clock import MIN_PREFILL
 
 
 class SeqState(Enum):
@@ -96,14 +97,14 @@ class Chunk:
 
 def prefill_order(prefilling: list[Sequence]) -> list[Sequence]:
     """Who gets this step's prompt budget first (`prefilling` in admission order): each owner's
-    first prompt before anyone's second, and so on; within a round, the shortest remainder."""
+    first prompt before anyone's second, and so on; within a round, the earliest admitted."""
     rounds: Counter[str | None] = Counter()
     keyed = []
     for admitted, seq in enumerate(prefilling):
-        keyed.append((rounds[seq.owner], len(seq.prompt) - seq.n_cached, admitted, seq))
+        keyed.append((rounds[seq.owner], admitted, seq))
         rounds[seq.owner] += 1
-    keyed.sort(key=lambda k: k[:3])
-    return [k[3] for k in keyed]
+    keyed.sort(key=lambda k: k[:2])
+    return [k[2] for k in keyed]
 
 
 class Scheduler:
@@ -114,34 +115,33 @@ class Scheduler:
         *,
         max_seqs: int,
         kv_cells: int,
-        step_token_budget: int,
+        max_step_tokens: int,
         cache_entries: int = 0,
         cache_cells: int | None = None,
-        idle_prefill: int = 0,
     ) -> None:
+        """`max_step_tokens`: the most tokens one step may hold (decodes and prompt chunks)."""
         self.max_seqs = max_seqs
         self.kv_cells = kv_cells
-        self.step_token_budget = step_token_budget
-        self.min_prefill = max(1, step_token_budget // 4)
-        self.idle_prefill = max(idle_prefill, step_token_budget)
+        self.max_step_tokens = max(max_step_tokens, max_seqs + MIN_PREFILL)
         self.waiting: FairQueue[Sequence] = FairQueue(lambda seq: seq.owner)
         self.running: list[Sequence] = []  # in admission order
         self._free_slots = list(range(max_seqs - 1, -1, -1))  # pop() hands out 0 first
         self.kv_reserved = 0
-        # entries take the sequence ids after the running ones
+        # entries take the sequence ids after the running ones, the shared opening the next one
         self.cache = PrefixCache(
             list(range(max_seqs, max_seqs + cache_entries)),
             max_cells=kv_cells // 8 if cache_cells is None else cache_cells,
         )
+        self.shared_seq_id = max_seqs + cache_entries if cache_entries else None
 
     @property
     def n_seq_ids(self) -> int:
-        return self.max_seqs + len(self.cache.seq_ids)
+        return self.max_seqs + len(self.cache.seq_ids) + (self.shared_seq_id is not None)
 
     @property
-    def batch_capacity(self) -> int:
-        """The most tokens a step can hold: every decoder plus the prefill allowance."""
-        return max(self.idle_prefill, self.max_seqs + self.min_prefill)
+    def decoders(self) -> int:
+        """Running sequences past their prompt: each takes a decode token in the next step."""
+        return sum(1 for seq in self.running if not seq.prefilling)
 
     def fits_ever(self, seq: Sequence) -> bool:
         return seq.kv_reserve <= self.kv_cells
@@ -185,8 +185,9 @@ class Scheduler:
         seq.state = SeqState.DONE
         seq.slot = -1
 
-    def plan(self) -> list[Chunk]:
-        """This step's batch: decodes first, then prompt chunks within the remaining budget."""
+    def plan(self, prefill_budget: int) -> list[Chunk]:
+        """This step's batch: a decode token per decoder, then up to `prefill_budget` prompt tokens
+        (bounded by `max_step_tokens` in all)."""
         chunks: list[Chunk] = []
         prefilling: list[Sequence] = []
         for seq in self.running:
@@ -194,10 +195,7 @@ class Scheduler:
                 prefilling.append(seq)
             else:
                 chunks.append(Chunk(seq, [seq.next_token], seq.n_cached, True))
-        if chunks:
-            budget = max(self.step_token_budget - len(chunks), self.min_prefill)
-        else:
-            budget = self.idle_prefill
+        budget = min(prefill_budget, self.max_step_tokens - len(chunks))
         for seq in prefill_order(prefilling):
             if budget <= 0:
                 break

@@ -57,7 +57,6 @@ def settings_for(kind: str, upstreams: tuple[str, ...] = ()) -> EngineSettings:
         max_seqs=4,
         kv_cells=4096,
         threads=1,
-        step_token_budget=32,
         synthetic_step_ms=2.0,
     )
 
