@@ -201,6 +201,9 @@ class LlamaCppEngine:
             extra={
                 "step_errors": counts.step_errors,
                 "last_step_s": counts.last_step_s,
+                "steps_seconds": counts.step_s,
+                "decode_seconds": counts.decode_s,
+                "sample_seconds": counts.sample_s,
                 "prefix_cache_entries": len(self._sched.cache.entries),
                 "prefix_cache_cells": counts.cache_cells,
                 "prefix_reused_tokens": self._sched.cache.reused_tokens,

@@ -57,6 +57,11 @@ class StepCounters:
     tokens_generated: int = 0
     step_errors: int = 0
     last_step_s: float = 0.0
+    # where the loop thread's time goes, summed over steps (the per-step cost profile):
+    # llama_decode, sampling, and the rest (scheduling, batching, detokenising, publishing)
+    decode_s: float = 0.0
+    sample_s: float = 0.0
+    step_s: float = 0.0
     cache_cells: int = 0
     taken: int = 0  # sequences taken out of the inbox
 
@@ -197,14 +202,21 @@ class StepLoop:
                 seq = chunk.seq
                 last = batch.add_run(chunk.tokens, chunk.start, seq.slot, chunk.wants_logits)
                 seq.batch_index = last if chunk.wants_logits else -1
+            t1 = time.perf_counter()
             if chunks:
                 self._decode_padded(native)
+            t2 = time.perf_counter()
             now = time.time()
+            sample = native.sample
             for chunk in chunks:
                 seq = chunk.seq
                 seq.n_cached += len(chunk.tokens)
                 if seq.batch_index >= 0:
-                    self._accept(seq, native.sample(seq.sampler, seq.batch_index), now)
+                    t = time.perf_counter()
+                    token = sample(seq.sampler, seq.batch_index)
+                    self.counters.sample_s += time.perf_counter() - t
+                    self._accept(seq, token, now)
+            self.counters.decode_s += t2 - t1
             if chunks:
                 prompt_tokens = sum(len(chunk.tokens) for chunk in chunks) - decoders
                 self._clock.record(decoders, prompt_tokens, time.perf_counter() - t0)
@@ -217,8 +229,9 @@ class StepLoop:
             self._prefill_opening(native)
         self.counters.steps += 1
         self._update_counters()
-        self.counters.last_step_s = time.perf_counter() - t0
         self._publish()
+        self.counters.last_step_s = step_s = time.perf_counter() - t0
+        self.counters.step_s += step_s
 
     def _prefill_opening(self, native: NativeModel) -> None:
         """Compute the shared opening's cells once, under its own sequence id, and pin them in the

@@ -427,6 +427,21 @@ async def test_concurrent_requests_with_chunked_prefill_all_finish(engine: Llama
 
 
 @module_loop
+async def test_a_burst_on_an_idle_engine_is_prefilled_in_one_step(engine: LlamaCppEngine) -> None:
+    """Nobody decoding, nobody to stall: eight prompts that arrive together all go into the same
+    step (as llama.cpp's own server does), so they all get their first token from it, instead of
+    the second to eighth entering a slice per step behind the first one's decoding."""
+    await wait_idle(engine)
+    params = SamplingParams(max_tokens=2, temperature=0.0)
+    results = await asyncio.gather(
+        *(run(engine, f"burst-{i}", q, params) for i, q in enumerate(QUESTIONS))
+    )
+    prompts = sum(fin.prompt_tokens for _, _, fin in results)
+    assert prompts > 8 * 20  # more than any fixed per-step budget the engine used to have
+    assert len({fin.first_token_at for _, _, fin in results}) == 1  # one step's timestamp
+
+
+@module_loop
 async def test_a_long_prompt_does_not_freeze_running_streams(engine: LlamaCppEngine) -> None:
     """Chunked prefill: a 450-token prompt enters over many steps, each advancing the others."""
     runner = engine.generate(
