@@ -10,8 +10,8 @@ temperature 0.8, and greedy) and for ~1,000-token prompts. Each request's text s
 tag, so no prompt is a cache hit beyond the chat template's opening (on either server).
 
 - this app: uvicorn in its own process (bench/serving_overhead.py's `Server`), ENGINE=llamacpp,
-  ENGINE_THREADS=2, its other engine settings at their defaults (16 sequences, 16,384 KV cells,
-  16-token steps), one user with an API key and the per-user reply cap lifted
+  ENGINE_THREADS=2, its other engine settings at their defaults (see app/settings.py: 64
+  sequence ids, 16,384 KV cells, chunked prefill by time), one user with an API key and the per-user reply cap lifted
   (MAX_REPLIES_PER_USER=0: every stream is that user's); a fresh SQLite database.
 - llama-server: built once from the installed llama-cpp-python's own llama.cpp source
   (tests/llama_cpp_build.py, cached in ~/.cache/streamchat), `--parallel` = the largest level,

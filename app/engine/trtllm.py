@@ -28,8 +28,9 @@ endings mean here `trtllm_errors`, its iteration stats `trtllm_stats`.
 - refusals become `EngineError` / `PromptTooLongError` (a 400), a shut-down LLM
   `EngineUnavailableError` (see `trtllm_errors`).
 
-`kv_cells` and `step_token_budget` do not apply (TensorRT-LLM sizes its KV cache from free GPU
-memory and schedules tokens itself); `max_seqs` becomes `max_batch_size`, `context_size`
+`kv_cells` and the step settings (`step_stretch`, `max_step_tokens`) do not apply (TensorRT-LLM
+sizes its KV cache from free GPU memory and schedules tokens itself); `max_seqs` becomes
+`max_batch_size`, `context_size`
 `max_seq_len`. `stats()`: `running` is our requests in flight; queue depth and KV use come from
 TensorRT-LLM's iteration stats (see `trtllm_stats`).
 """
