@@ -10,7 +10,7 @@ Shape of the loop (one iteration = one step = one `llama_decode`):
                                     the step clock allows: `step_clock`; never a lone token: see
                                     `StepLoop._decode_padded`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
-    sample per sequence            (own sampler chain, reading only the rows flagged for logits)
+    sample per sequence            (numpy over llama.cpp's logits rows: `llamacpp_sampling`)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
     hand the step's events to asyncio in ONE call_soon_threadsafe
     time the step                  (the clock learns what decode and prompt tokens cost)
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
 from app.engine.llamacpp_native import PAD_TOKEN_POS, NativeModel, needs_pad
+from app.engine.llamacpp_sampling import TokenSampler
 from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
 from app.engine.step_clock import StepClock
 from app.engine.streams import EventStream
@@ -192,7 +193,7 @@ class StepLoop:
                     native.share(entry.seq_id, seq.slot, reuse)
                     seq.n_cached = reuse
                 seed = seq.params.seed if seq.params.seed is not None else random.getrandbits(32)
-                seq.sampler = native.new_sampler(seq.params, seed)
+                seq.sampler = TokenSampler(seq.params, seed)
             decoders = sched.decoders
             chunks = sched.plan(self._clock.prefill_budget(decoders, sched.max_step_tokens))
             batch = native.batch
@@ -207,13 +208,13 @@ class StepLoop:
                 self._decode_padded(native)
             t2 = time.perf_counter()
             now = time.time()
-            sample = native.sample
+            logits = native.logits
             for chunk in chunks:
                 seq = chunk.seq
                 seq.n_cached += len(chunk.tokens)
                 if seq.batch_index >= 0:
                     t = time.perf_counter()
-                    token = sample(seq.sampler, seq.batch_index)
+                    token = seq.sampler.sample(logits(seq.batch_index))
                     self.counters.sample_s += time.perf_counter() - t
                     self._accept(seq, token, now)
             self.counters.decode_s += t2 - t1
@@ -297,7 +298,7 @@ class StepLoop:
     def _finish(
         self, seq: Sequence, reason: FinishReason, error: str | None = None, *, flush: bool = True
     ) -> None:
-        """End a sequence: free its slot, cells and sampler now, and queue its last events."""
+        """End a sequence: free its slot and cells now, and queue its last events."""
         slot = seq.slot if seq.state is SeqState.RUNNING else -1
         self._sched.release(seq)
         native = self._native
@@ -306,9 +307,6 @@ class StepLoop:
                 if reason is not FinishReason.ERROR and not self._stopping:
                     self._keep_for_reuse(native, seq, slot)
                 native.forget(slot)
-            if seq.sampler is not None:
-                native.free_sampler(seq.sampler)
-                seq.sampler = None
         if self._open.get(seq.request_id) is seq:
             del self._open[seq.request_id]
         tail = seq.detok.flush() if flush else ""

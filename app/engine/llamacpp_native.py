@@ -27,8 +27,7 @@ if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import llama_cpp as C
-
-from app.engine.base import SamplingParams
+import numpy as np
 
 log = logging.getLogger(__name__)
 _native_log = logging.getLogger("app.engine.llamacpp.native")
@@ -220,6 +219,7 @@ class NativeModel:
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._row_type = ctypes.c_float * self.n_vocab
 
     @staticmethod
     def _context_params(config: ContextConfig) -> C.llama_context_params:
@@ -305,55 +305,14 @@ class NativeModel:
             reason = {1: "no free KV cells for the batch", 2: "aborted", -1: "invalid batch"}
             raise DecodeError(f"llama_decode returned {rc}: {reason.get(rc, 'fatal error')}")
 
-    def new_sampler(self, params: SamplingParams, seed: int) -> ctypes._Pointer:
-        """A sampler chain of its own for one sequence: penalties, top-k, min-p, top-p, temperature,
-        then greedy or a seeded draw. llama.cpp's own default chain (common/common.h
-        `common_params_sampling::samplers`) has top-p before min-p; min-p goes first here because
-        it cuts the vocabulary without sorting it (src/llama-sampler.cpp
-        `llama_sampler_min_p_apply`, its unsorted path), so top-p then sorts a few dozen
-        candidates instead of all 49,152: 0.12 ms per token instead of 1.3 ms on the dev box, a
-        cost every sequence pays every step. Both cut the tail; the nucleus is taken over what
-        min-p kept.
-
-        Penalties (src/llama-sampler.cpp `llama_sampler_penalties_*`) count the tokens the chain
-        accepts: `llama_sampler_sample` accepts each token it returns (include/llama.h), and the
-        prompt is never fed in, so they see the reply only, which is what OpenAI's and
-        TensorRT-LLM's frequency and presence penalties mean. The window is the whole reply
-        (`max_tokens`), not llama.cpp's 64 tokens, for the same reason. The penalty sampler walks
-        the whole vocabulary each token, so it joins the chain only when a penalty is on.
-        """
-        chain_params = C.llama_sampler_chain_default_params()
-        chain_params.no_perf = True
-        chain = C.llama_sampler_chain_init(chain_params)
-        if params.penalised:
-            penalties = C.llama_sampler_init_penalties(
-                self.n_vocab,
-                params.max_tokens,
-                params.repeat_penalty,
-                params.frequency_penalty,
-                params.presence_penalty,
-            )
-            C.llama_sampler_chain_add(chain, penalties)
-        if params.greedy:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-            return chain
-        if params.top_k > 0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(params.top_k))
-        if params.min_p > 0.0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(params.min_p, 1))
-        if params.top_p < 1.0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(params.top_p, 1))
-        C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(params.temperature))
-        C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed & 0xFFFFFFFF))
-        return chain
-
-    def sample(self, sampler: ctypes._Pointer, batch_index: int) -> int:
-        """Sample (and accept) the next token from the logits of one batch position."""
-        return C.llama_sampler_sample(sampler, self.ctx, batch_index)
-
-    @staticmethod
-    def free_sampler(sampler: ctypes._Pointer) -> None:
-        C.llama_sampler_free(sampler)
+    def logits(self, batch_index: int) -> np.ndarray:
+        """The last decode's logits at one batch position, as a numpy view of llama.cpp's own
+        buffer (no copy): valid until the next decode, which rewrites it."""
+        row = C.llama_get_logits_ith(self.ctx, batch_index)
+        if not row:
+            raise DecodeError(f"no logits at batch position {batch_index}")
+        address = ctypes.cast(row, ctypes.c_void_p).value
+        return np.frombuffer(self._row_type.from_address(address), dtype=np.float32)
 
     def share(self, src: int, dst: int, n_tokens: int) -> None:
         """Give sequence `dst` the first `n_tokens` positions of `src`: the same cells, tagged twice."""

@@ -56,7 +56,7 @@ class Sequence:
     detok: Any = None  # the IncrementalDetokenizer
     state: SeqState = SeqState.WAITING
     slot: int = -1  # llama.cpp seq_id while running
-    sampler: Any = None  # native sampler chain while running
+    sampler: Any = None  # its TokenSampler (llamacpp_sampling) while running
     n_cached: int = 0  # tokens of this sequence in the KV cache
     next_token: int = -1  # sampled, to be decoded next step
     completion_tokens: int = 0

@@ -571,8 +571,8 @@ def most_repeated(text: str) -> int:
 async def test_penalties_change_a_greedy_reply_on_a_repetitive_prompt(
     engine: LlamaCppEngine,
 ) -> None:
-    """The penalty sampler really joins the chain (llama_sampler_init_penalties): on a prompt
-    that makes SmolLM2 repeat itself, greedy output changes and repeats itself less."""
+    """The penalties really apply (app/engine/llamacpp_sampling.py): on a prompt that makes
+    SmolLM2 repeat itself, greedy output changes and repeats itself less."""
     plain = SamplingParams(max_tokens=60, temperature=0.0)
     base, _, _ = await run(engine, "rep-base", REPETITIVE, plain)
     assert most_repeated(base) >= 8, base  # the prompt does make it repeat ("I am a loyal...")
@@ -588,7 +588,7 @@ async def test_penalties_change_a_greedy_reply_on_a_repetitive_prompt(
 
 @module_loop
 async def test_min_p_of_one_samples_like_greedy(engine: LlamaCppEngine) -> None:
-    """min_p 1 keeps only the likeliest token (llama_sampler_init_min_p, min_keep 1), so even a
+    """min_p 1 keeps only the likeliest token (as llama.cpp's min-p with min_keep 1), so even a
     hot temperature cannot stray from the greedy reply."""
     greedy, _, _ = await run(engine, "minp-greedy", QUESTIONS[6], GREEDY)
     hot = SamplingParams(max_tokens=GREEDY.max_tokens, temperature=2.0, min_p=1.0, seed=7)
