@@ -268,6 +268,7 @@ def batched_bench(model: Path, sequences: Sequence[int], generated: int) -> list
         str(THREADS),
         "--flash-attn",
         "on",
+        "--no-repack",  # the same kernels as the app's engine (app/engine/llamacpp_native.py)
         "-npp",
         "40",
         "-ntg",

@@ -103,6 +103,7 @@ class LlamaServer:
             "--metrics",
             "--slots",
             "--no-webui",
+            "--no-repack",  # the same kernels as the app's engine (app/engine/llamacpp_native.py)
             *self.extra_args,
         ]
 

@@ -189,6 +189,14 @@ class NativeModel:
         self.batch: StepBatch | None = None
         mparams = C.llama_model_default_params()
         mparams.n_gpu_layers = 0
+        # Weights as they are, never repacked into ggml's "extra" CPU buffer types. On a CPU with
+        # Intel AMX (Sapphire Rapids on), a native build repacks them for its AMX kernels, and
+        # `ggml_backend_amx_mul_mat` crashes the process on the first batch of more than a few
+        # tokens (seen on this project's machines with SmolLM2's Q4_1, whatever the context
+        # settings; an open llama.cpp bug, ggml-org/llama.cpp#20824). `use_extra_bufts = false`
+        # (include/llama.h) keeps the plain CPU kernels; llama.cpp's own binaries take
+        # `--no-repack` for the same (common/arg.cpp), so tests/llama_server.py passes it too.
+        mparams.use_extra_bufts = False
         self.model = C.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
             raise RuntimeError(f"llama.cpp could not load {path} (is it a GGUF model file?)")
