@@ -171,7 +171,9 @@ class ConversationController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=START_REPLY,
-        # the user's row is read by the send's own query (ReplyService.send), not separately
+        # The user's row is read by the send's own query (ReplyService.send), not separately:
+        # Litestar resolves only the dependencies a handler names (`expected_dependencies`,
+        # litestar/_kwargs/kwargs_model.py), so the router's `user` is not loaded here.
         dependencies={"user_id": Provide(session_user_id, sync_to_thread=False)},
     )
     async def send(

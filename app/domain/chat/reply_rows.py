@@ -239,8 +239,9 @@ async def write_turn(
 ) -> tuple[Message, Message]:
     """`add_turn`'s writes in the caller's transaction (which commits them): the question follows
     `parent_id` (None: a first question; FOLLOW_LEAF: the current leaf), the reply becomes the
-    current leaf. Three statements when the parent is known and no title is wanted: the
-    conversation's UPDATE, both INSERTs in one, and nothing read back."""
+    current leaf. Two statements when the parent is known and no title is wanted: the
+    conversation's UPDATE (bump and leaf, and its lock), both rows in one INSERT; nothing read
+    back."""
     now = utcnow()
     follow = isinstance(parent_id, _FollowLeaf)
     question, reply = turn_rows(
