@@ -10,7 +10,8 @@ served through bench/setup_probe.py, which measures inside the server the event 
 from a POST's arrival to its response's start, and the database round trips in that span. The
 phases alternate between the two servers:
 
-1. set-up, one request at a time (nothing else on the loop): `--sequential` page sends into new
+1. set-up, one request at a time (nothing else on the loop), in three rounds per server, the
+   servers taking turns: `--sequential` page sends into new
    untitled conversations (a first turn: the conversation names itself), a second turn in each
    (one question and reply of history), and as many streaming `/v1/chat/completions` calls (a
    fresh `api` conversation each). Each reply is one token and read to its end before the next
@@ -41,6 +42,7 @@ from final_save import create_database, drop_database, export_tree
 
 BENCH = Path(__file__).resolve().parent
 PROBE = "/_bench/setup-probe"
+ROUNDS = 3  # of sequential set-ups per server
 
 
 def serve(tree: Path, database_url: str, folder: Path, most: int, tokens: int) -> so.Server:
@@ -208,9 +210,10 @@ async def measure(
         await t.open()
         await t.sequential(3)  # warm-up: first-request costs out of the figures
     setup: dict[str, dict[str, list[dict[str, Any]]]] = {t.label: {} for t in targets}
-    for t in targets:
-        for kind, samples in (await t.sequential(sequential)).items():
-            setup[t.label].setdefault(kind, []).extend(samples)
+    for _ in range(ROUNDS):  # the servers alternate, so that a busier minute hits both
+        for t in targets:
+            for kind, samples in (await t.sequential(-(-sequential // ROUNDS))).items():
+                setup[t.label].setdefault(kind, []).extend(samples)
     setup_rows = [
         setup_row(kind, label, setup[label][kind])
         for kind in setup[targets[0].label]
