@@ -259,8 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 measure(targets, levels, args.sequential, args.tokens)
             )
         finally:
-            for server, url in servers:
+            for (server, url), target in zip(servers, targets, strict=False):
                 server.stop()
+                if server.errors():
+                    print(f"{target.label}:")
                 server.print_errors()
                 if args.database_url:
                     asyncio.run(drop_database(url, args.database_url))

@@ -24,7 +24,7 @@ from math import isfinite
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
@@ -178,23 +178,49 @@ class _FollowLeaf:
 FOLLOW_LEAF = _FollowLeaf()
 
 
+_CONVERSATIONS = Conversation.__table__
+_MESSAGES = Message.__table__
+# The columns `turn_rows` sets; the others take their defaults (the same Core column defaults the
+# ORM would apply).
+_TURN_COLUMNS = (
+    "id",
+    "parent_id",
+    "conversation_id",
+    "role",
+    "content",
+    "status",
+    "model",
+    "engine_request_id",
+    "replica_id",
+    "completion_tokens",
+    "created_at",
+)
+
+
 async def take_conversation(
     session: AsyncSession, conversation_id: UUID, now: datetime, leaf: UUID | None = None
 ) -> None:
     """Bump the conversation (and, given `leaf`, make it its current end) as a transaction's first
     write: its row lock (PostgreSQL) or the write lock (SQLite) is taken here, never after a read
-    of it (see `add_turn`). Raises ConversationNotFoundError when it is gone."""
+    of it (see `add_turn`). Raises ConversationNotFoundError when it is gone.
+
+    A Core UPDATE of the table, not the ORM's: no object of the session changes, and the ORM's
+    bulk-UPDATE path costs about as much again in Python (bench/setup_cost.py)."""
     values: dict[str, Any] = {"updated_at": now}
     if leaf is not None:
         values["current_leaf_id"] = leaf
     touched = await session.execute(
-        update(Conversation)
-        .where(Conversation.id == conversation_id)
-        .values(**values)
-        .execution_options(synchronize_session=False)
+        update(_CONVERSATIONS).where(_CONVERSATIONS.c.id == conversation_id).values(**values)
     )
     if touched.rowcount == 0:
         raise ConversationNotFoundError(conversation_id)
+
+
+async def _insert_turn(session: AsyncSession, question: Message, reply: Message) -> None:
+    """Both rows in one INSERT (Core, as `take_conversation`: the objects stay out of the
+    session, nothing is read back)."""
+    rows = [{name: getattr(m, name) for name in _TURN_COLUMNS} for m in (question, reply)]
+    await session.execute(insert(_MESSAGES), rows)
 
 
 def turn_rows(
@@ -260,14 +286,12 @@ async def write_turn(
         )
     if title_if_untitled:
         await _name_new_chat(session, conversation_id, title_if_untitled)
-    session.add_all([question, reply])
-    await session.flush()
+    await _insert_turn(session, question, reply)
     if follow:
         await session.execute(
-            update(Conversation)
-            .where(Conversation.id == conversation_id)
+            update(_CONVERSATIONS)
+            .where(_CONVERSATIONS.c.id == conversation_id)
             .values(current_leaf_id=reply.id)
-            .execution_options(synchronize_session=False)
         )
     return question, reply
 
