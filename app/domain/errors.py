@@ -13,3 +13,8 @@ class InvalidInputError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class NotLoggedInError(PermissionError):
+    """The request's session names no user (any more): the account was deleted since. For the
+    routes whose own query checks the user instead of a separate read (ReplyService.send)."""

@@ -20,7 +20,7 @@ from app.domain.chat.branches import NotEditableError, UnknownBranchError
 from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.replies import NotFoundError, TooManyRepliesError
 from app.domain.chat.reply_rows import NotRegenerableError
-from app.domain.errors import InvalidInputError
+from app.domain.errors import InvalidInputError, NotLoggedInError
 from app.engine.base import EngineError, EngineUnavailableError
 
 
@@ -54,6 +54,7 @@ REFUSALS: tuple[tuple[type[Exception], Callable[[Any], Refusal]], ...] = (
     (InvalidEmailError, lambda exc: Refusal(400, str(exc))),
     (TooManyAttemptsError, _too_many_attempts),
     (InvalidInputError, lambda exc: Refusal(400, str(exc))),
+    (NotLoggedInError, lambda exc: Refusal(401, "log in first")),
 )
 DOMAIN_ERRORS: tuple[type[Exception], ...] = tuple(cls for cls, _ in REFUSALS)
 

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
-from sqlalchemy import delete
+import uuid
+from typing import Any
 
-from app.domain.chat import branches, conversations, prompts, reply_rows
+import pytest
+from sqlalchemy import delete, event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.session import transaction
+from app.domain.accounts.models import User
+from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
 from app.domain.chat.models import Conversation, Message
+from app.domain.chat.settings_schemas import ChatSettings
+from app.domain.errors import NotLoggedInError
 from app.streaming.events import Status
 from tests.db.chat_rows import Sessions, finish_reply, message_count, reload
 
@@ -108,3 +116,72 @@ async def test_a_racing_delete_is_the_conversation_not_found(
         await prompts.regeneration_prompt(db_sessions, reply)
     with pytest.raises(conversations.ConversationNotFoundError):
         await prompts.edit_prompt(db_sessions, question, "again")
+
+
+async def test_next_turn_reads_what_a_send_builds_on_in_one_query(
+    db_sessions: Sessions, db_engine: AsyncEngine, conversation: Conversation
+) -> None:
+    """The branch shown, the conversation's settings and the parent of the next question: the
+    same as the separate reads give, from one statement."""
+    _, r1 = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
+    await finish_reply(db_sessions, r1.id, "completed", text="answer one")
+    q2, r2 = await reply_rows.add_turn(db_sessions, conversation.id, "second", "m")
+    await finish_reply(db_sessions, r2.id, "completed", text="answer two")
+    other = await branches.add_sibling_reply(db_sessions, r2, "m")  # now shown: r2 is hidden
+    await finish_reply(db_sessions, other.id, "completed", text="answer two, again")
+    chosen = ChatSettings(system_prompt="Be brief.", temperature=0.4)
+    await chat_settings.save_for_conversation(
+        db_sessions, conversation.user_id, conversation.id, chosen
+    )
+
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    event.listen(db_engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with transaction(db_sessions) as session:
+            turn = await prompts.next_turn(session, conversation.user_id, conversation.id)
+    finally:
+        event.remove(db_engine.sync_engine, "before_cursor_execute", count)
+
+    assert len(statements) == 1
+    assert turn.settings == chosen and turn.title == "Hello" and not turn.untitled
+    assert turn.parent_id == other.id
+    assert turn.history == await prompts.conversation_history(db_sessions, conversation.id)
+    assert turn.prompt("third") == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "answer one"},
+        {"role": "user", "content": "second"},
+        {"role": "assistant", "content": "answer two, again"},
+        {"role": "user", "content": "third"},
+    ]
+    assert other.parent_id == q2.id
+
+
+async def test_next_turn_of_an_empty_conversation_and_of_someone_elses(
+    db_sessions: Sessions, conversation: Conversation, make_user: Any
+) -> None:
+    async with transaction(db_sessions) as session:
+        empty = await prompts.next_turn(session, conversation.user_id, conversation.id)
+    assert (empty.history, empty.parent_id, empty.settings) == ([], None, ChatSettings())
+
+    stranger = await make_user("stranger@example.com")
+    async with transaction(db_sessions) as session:
+        with pytest.raises(conversations.ConversationNotFoundError):
+            await prompts.next_turn(session, stranger.id, conversation.id)
+        with pytest.raises(conversations.ConversationNotFoundError):
+            await prompts.next_turn(session, conversation.user_id, uuid.uuid4())
+
+
+async def test_next_turn_for_a_deleted_account_is_not_logged_in(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    """The send's query stands in for the session's user lookup: no user row, no send."""
+    async with transaction(db_sessions) as session:
+        await session.execute(delete(User).where(User.id == conversation.user_id))
+    async with transaction(db_sessions) as session:
+        with pytest.raises(NotLoggedInError):
+            await prompts.next_turn(session, conversation.user_id, conversation.id)

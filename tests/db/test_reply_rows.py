@@ -100,6 +100,57 @@ async def test_add_turn_to_a_missing_conversation(db_sessions: Sessions, owner: 
     assert await message_count(db_sessions) == 0
 
 
+async def test_write_turn_with_a_known_parent_is_three_statements(
+    db_sessions: Sessions, db_engine: AsyncEngine, conversation: Conversation
+) -> None:
+    """A send's writes: the conversation's UPDATE (bump and leaf), both rows in one INSERT, and
+    nothing read back; the question follows the parent given, None meaning a first question."""
+    first_q, first_r = await reply_rows.add_turn(db_sessions, conversation.id, "one", "m")
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        statements.append(statement.split()[0].upper())
+
+    event.listen(db_engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with transaction(db_sessions) as session:
+            root_q, root_r = await reply_rows.write_turn(
+                session, conversation.id, "one, again", "m", parent_id=None
+            )
+    finally:
+        event.remove(db_engine.sync_engine, "before_cursor_execute", count)
+
+    assert statements == ["UPDATE", "INSERT"]
+    assert (await reload(db_sessions, root_q.id)).parent_id is None  # a sibling of `first_q`
+    assert (await reload(db_sessions, root_r.id)).parent_id == root_q.id
+    shown = await conversations.get_conversation(db_sessions, conversation.user_id, conversation.id)
+    assert shown is not None and shown.current_leaf_id == root_r.id != first_r.id
+    assert first_q.parent_id is None
+
+
+async def test_write_api_call_makes_its_conversation_and_turn_at_once(
+    db_sessions: Sessions, owner: User
+) -> None:
+    question = "  \n" * 50 + "What is the capital of France?"  # a blank start: named from it
+    async with transaction(db_sessions) as session:
+        asked, reply = await reply_rows.write_api_call(
+            session, owner.id, question, "m", engine_request_id="req-9"
+        )
+    conversation = await conversations.get_conversation(
+        db_sessions, owner.id, reply.conversation_id
+    )
+    assert conversation is not None
+    assert (conversation.source, conversation.current_leaf_id) == ("api", reply.id)
+    assert conversation.title == "What is the capital of France?"
+    stored_q, stored_r = await reload(db_sessions, asked.id), await reload(db_sessions, reply.id)
+    assert (stored_q.parent_id, stored_q.content, stored_q.role) == (None, question, "user")
+    assert (stored_r.parent_id, stored_r.status, stored_r.engine_request_id) == (
+        asked.id,
+        Status.STREAMING,
+        "req-9",
+    )
+
+
 async def test_progress_then_final(db_sessions: Sessions, conversation: Conversation) -> None:
     _, reply = await reply_rows.add_turn(
         db_sessions, conversation.id, "Tell me a story", "m", engine_request_id="req-9"

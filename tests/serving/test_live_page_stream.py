@@ -10,6 +10,7 @@ small `max_tokens` keep them short and repeatable.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime
 from itertools import islice
@@ -17,8 +18,12 @@ from typing import Any
 
 import httpx_sse
 import pytest
+from sqlalchemy import text
+from sqlalchemy.pool import NullPool
 
-from tests.live_server import PageClient, PageStream, SseEvent, SseReader, read_stream
+from app.db.engine import create_engine
+from tests.live_server import LiveServer, PageClient, PageStream, SseEvent, SseReader, read_stream
+from tests.serving.conftest import unique_email
 
 PAGE_GRACE_S = 2.0  # BASE_ENV's PAGE_GRACE_S
 STORY = "Write a long story about a dragon."  # SmolLM2 goes on and on at temperature 0
@@ -215,6 +220,38 @@ def test_stop_on_a_resumed_stream(alice: PageClient) -> None:
     assert stored["status"] == "cancelled"
     assert first.text + second.text == stored["content"]
     assert alice.engine_stats()["running"] == 0
+
+
+def test_a_send_from_a_deleted_account_is_not_logged_in(
+    server: LiveServer, live_database_url: str
+) -> None:
+    """The send route reads no user row of its own (its one query checks the user): a session
+    whose account was deleted since is still answered 401, and nothing is written or started."""
+    gone = PageClient(server.url)
+    try:
+        gone.signup(unique_email("gone"))
+        conversation = gone.new_conversation()
+        delete_user(live_database_url, gone.email or "")
+        with gone.send(conversation, "Anyone there?", max_tokens=4) as response:
+            assert response.status_code == 401
+            assert response.read() and response.json()["detail"] == "log in first"
+        assert gone.http.get("/api/me").status_code == 401  # as routes reading the user answer
+    finally:
+        gone.close()
+
+
+def delete_user(database_url: str, email: str) -> None:
+    """Delete an account straight in the database (its conversations go with it)."""
+
+    async def run() -> None:
+        engine = create_engine(database_url, poolclass=NullPool)  # SQLite: foreign keys on
+        try:
+            async with engine.begin() as connection:
+                await connection.execute(text("DELETE FROM users WHERE email = :e"), {"e": email})
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
 
 
 def test_another_users_ids_and_the_resumed_stream_headers(

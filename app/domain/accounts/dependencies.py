@@ -20,16 +20,20 @@ from app.domain.accounts.login import USER_KEY
 from app.domain.accounts.models import User
 
 
-async def session_user(connection: ASGIConnection, sessions: Sessions) -> User | None:
-    """The session's user, or None (also when the account was deleted since)."""
+def _session_user_id(connection: ASGIConnection) -> UUID | None:
     raw = connection.session.get(USER_KEY) if "session" in connection.scope else None
     if not raw:
         return None
     try:
-        user_id = UUID(raw)
+        return UUID(raw)
     except ValueError:
         return None
-    return await accounts.get_user(sessions, user_id)
+
+
+async def session_user(connection: ASGIConnection, sessions: Sessions) -> User | None:
+    """The session's user, or None (also when the account was deleted since)."""
+    user_id = _session_user_id(connection)
+    return None if user_id is None else await accounts.get_user(sessions, user_id)
 
 
 async def optional_user(request: Request, sessions: Sessions) -> User | None:
@@ -48,6 +52,16 @@ async def current_user(request: Request, sessions: Sessions) -> User:
     if user is None:
         raise NotAuthorizedException("log in first")
     return user
+
+
+def session_user_id(request: Request) -> UUID:
+    """Dependency for a route whose own query checks that the user still exists (and answers
+    NotLoggedInError, a 401, if not): the session's user id, without reading the user's row
+    (a round trip fewer per request); 401 without a logged-in session."""
+    user_id = _session_user_id(request)
+    if user_id is None:
+        raise NotAuthorizedException("log in first")
+    return user_id
 
 
 async def api_key_user(request: Request, sessions: Sessions) -> User:

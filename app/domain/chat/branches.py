@@ -14,17 +14,21 @@ its leaf), never a read, so a racing DELETE either waits for them or wins outrig
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.conversations import ConversationNotFoundError
-from app.domain.chat.models import Conversation, Message, MessageRole
-from app.domain.chat.reply_rows import NotRegenerableError, new_reply
+from app.domain.chat.models import Conversation, Message
+from app.domain.chat.reply_rows import (
+    NotRegenerableError,
+    new_reply,
+    take_conversation,
+    turn_rows,
+)
 from app.domain.chat.tree import Tree
 from app.streaming.events import Status
 
@@ -89,20 +93,6 @@ async def switch_branch(
     return Thread(conversation, tree, tree.shown(conversation.current_leaf_id))
 
 
-async def _take_conversation(
-    session: AsyncSession, conversation_id: UUID, leaf: UUID, now: datetime
-) -> None:
-    """Lock the conversation, bump it and make `leaf` its current end (see the module's doc)."""
-    touched = await session.execute(
-        update(Conversation)
-        .where(Conversation.id == conversation_id)
-        .values(updated_at=now, current_leaf_id=leaf)
-        .execution_options(synchronize_session=False)
-    )
-    if touched.rowcount == 0:
-        raise ConversationNotFoundError(conversation_id)
-
-
 async def add_sibling_reply(
     sessions: Sessions,
     reply: Message,
@@ -119,7 +109,7 @@ async def add_sibling_reply(
     successor = new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
     successor.id, successor.parent_id = uuid4(), reply.parent_id
     async with transaction(sessions) as session:
-        await _take_conversation(session, reply.conversation_id, successor.id, now)
+        await take_conversation(session, reply.conversation_id, now, successor.id)
         if await session.scalar(select(Message.id).where(Message.parent_id == reply.id).limit(1)):
             raise NotRegenerableError("only the latest reply can be regenerated")
         if await session.scalar(select(Message.status).where(Message.id == reply.id)) in (
@@ -142,24 +132,16 @@ async def add_edited_turn(
 ) -> tuple[Message, Message]:
     """The edited question, next to `edited`, and its `streaming` reply, shown from now on."""
     now = utcnow()
-    question = Message(
-        id=uuid4(),
-        conversation_id=edited.conversation_id,
-        parent_id=edited.parent_id,
-        role=MessageRole.USER,
-        content=content,
-        status=Status.COMPLETED,
-        created_at=now,
-    )
-    reply = new_reply(
+    question, reply = turn_rows(
         edited.conversation_id,
+        content,
         model,
-        engine_request_id,
-        replica_id,
-        now + timedelta(microseconds=1),  # after its question, as in add_turn
+        edited.parent_id,
+        engine_request_id=engine_request_id,
+        replica_id=replica_id,
+        now=now,
     )
-    reply.id, reply.parent_id = uuid4(), question.id
     async with transaction(sessions) as session:
-        await _take_conversation(session, edited.conversation_id, reply.id, now)
+        await take_conversation(session, edited.conversation_id, now, reply.id)
         session.add_all([question, reply])
     return question, reply

@@ -29,7 +29,7 @@ SettingsRow = ConversationSettings | UserChatDefaults
 NO_SETTINGS = ChatSettings()
 
 
-def _as_struct(row: ConversationSettings | UserChatDefaults | None) -> ChatSettings:
+def as_settings(row: ConversationSettings | UserChatDefaults | None) -> ChatSettings:
     if row is None:
         return NO_SETTINGS
     return msgspec.convert({**row.sampling, "system_prompt": row.system_prompt}, ChatSettings)
@@ -64,7 +64,7 @@ async def _store(
 async def for_conversation(sessions: Sessions, conversation_id: UUID) -> ChatSettings:
     """A conversation's settings (none chosen: all defaults)."""
     async with transaction(sessions) as session:
-        return _as_struct(await session.get(ConversationSettings, conversation_id))
+        return as_settings(await session.get(ConversationSettings, conversation_id))
 
 
 async def for_users_conversation(
@@ -94,7 +94,7 @@ async def save_for_conversation(
 
 async def user_defaults(sessions: Sessions, user_id: UUID) -> ChatSettings:
     async with transaction(sessions) as session:
-        return _as_struct(await session.get(UserChatDefaults, user_id))
+        return as_settings(await session.get(UserChatDefaults, user_id))
 
 
 async def save_user_defaults(

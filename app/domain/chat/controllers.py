@@ -28,7 +28,7 @@ from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
 
 from app.db.session import Sessions
-from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.dependencies import current_user, session_user_id
 from app.domain.accounts.models import User
 from app.domain.chat import branches, conversations, reply_rows
 from app.domain.chat.push_events import (
@@ -171,12 +171,16 @@ class ConversationController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=START_REPLY,
+        # The user's row is read by the send's own query (ReplyService.send), not separately:
+        # Litestar resolves only the dependencies a handler names (`expected_dependencies`,
+        # litestar/_kwargs/kwargs_model.py), so the router's `user` is not loaded here.
+        dependencies={"user_id": Provide(session_user_id, sync_to_thread=False)},
     )
     async def send(
-        self, replies: ReplyService, user: User, conversation_id: UUID, data: SendMessage
+        self, replies: ReplyService, user_id: UUID, conversation_id: UUID, data: SendMessage
     ) -> Stream:
         """Send a message; the answer is the reply as server-sent events."""
-        return event_stream(await replies.send(user.id, conversation_id, data, transport="sse"))
+        return event_stream(await replies.send(user_id, conversation_id, data, transport="sse"))
 
 
 class MessageController(Controller):

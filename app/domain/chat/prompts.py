@@ -3,14 +3,23 @@ turn, to answer a reply's question again, or to answer an edited question."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from uuid import UUID
 
+from sqlalchemy import bindparam, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.db.session import Sessions, transaction
+from app.domain.accounts.models import User
 from app.domain.chat.branches import NotEditableError, load_tree
-from app.domain.chat.conversations import ConversationNotFoundError
+from app.domain.chat.chat_settings import NO_SETTINGS, as_settings
+from app.domain.chat.conversations import DEFAULT_TITLE, ConversationNotFoundError
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
 from app.domain.chat.reply_rows import NotRegenerableError
+from app.domain.chat.settings_models import ConversationSettings
+from app.domain.chat.settings_schemas import ChatSettings
 from app.domain.chat.tree import Tree
+from app.domain.errors import NotLoggedInError
 from app.streaming.events import Status
 
 
@@ -60,6 +69,80 @@ async def branch_prompt(
         tree = await load_tree(session, conversation_id)
     path = tree.shown(conversation.current_leaf_id if conversation else None)
     return _as_chat(path), (path[-1].id if path else None)
+
+
+@dataclass(frozen=True, slots=True)
+class NextTurn:
+    """What a new turn of a conversation is built on, read in the transaction that writes it."""
+
+    title: str
+    source: ConversationSource
+    settings: ChatSettings  # the conversation's (none chosen: all defaults)
+    history: list[dict[str, str]]  # the branch on screen as chat messages, oldest first
+    parent_id: UUID | None  # the branch's last message (None: the conversation is empty)
+
+    @property
+    def untitled(self) -> bool:
+        return self.title == DEFAULT_TITLE
+
+    def prompt(self, content: str) -> list[dict[str, str]]:
+        """The chat messages for the model: system prompt, history, then the new question."""
+        turn = [*self.history, {"role": "user", "content": content}]
+        return with_system_prompt(self.settings.system_prompt, turn)
+
+
+# One statement for all of it: the user (still there?), the conversation (if it is theirs), its
+# settings row (if any) and its messages, one row per message (one row with NULL message columns
+# when it has none; no row at all when the user is gone). Built once, with the ids as bound
+# parameters. Plain columns, not ORM objects: nothing read here is changed or kept, and rows load
+# for less. They carry the attributes `Tree` and `_as_chat` read (id, parent_id, created_at, role,
+# status, content).
+_NEXT_TURN = (
+    select(
+        Conversation.title,
+        Conversation.source,
+        Conversation.current_leaf_id,
+        ConversationSettings.conversation_id.label("settings_of"),
+        ConversationSettings.system_prompt,
+        ConversationSettings.sampling,
+        Message.id,
+        Message.parent_id,
+        Message.created_at,
+        Message.role,
+        Message.status,
+        Message.content,
+    )
+    .select_from(User)
+    .outerjoin(
+        Conversation,
+        (Conversation.id == bindparam("conversation_id")) & (Conversation.user_id == User.id),
+    )
+    .outerjoin(ConversationSettings, ConversationSettings.conversation_id == Conversation.id)
+    .outerjoin(Message, Message.conversation_id == Conversation.id)
+    .where(User.id == bindparam("user_id"))
+)
+
+
+async def next_turn(session: AsyncSession, user_id: UUID, conversation_id: UUID) -> NextTurn:
+    """The user's conversation, its settings and the branch it shows, in one query in the
+    caller's transaction, which also checks that the user still exists. Raises NotLoggedInError
+    (no such user), ConversationNotFoundError (also for another user's)."""
+    params = {"user_id": user_id, "conversation_id": conversation_id}
+    rows = (await session.execute(_NEXT_TURN, params)).all()
+    if not rows:
+        raise NotLoggedInError("log in first")
+    head = rows[0]
+    if head.title is None:
+        raise ConversationNotFoundError(conversation_id)
+    tree = Tree(row for row in rows if row.id is not None)  # type: ignore[misc]  # duck-typed
+    path = tree.shown(head.current_leaf_id)
+    return NextTurn(
+        title=head.title,
+        source=head.source,
+        settings=NO_SETTINGS if head.settings_of is None else as_settings(head),
+        history=_as_chat(path),
+        parent_id=path[-1].id if path else None,
+    )
 
 
 async def conversation_history(sessions: Sessions, conversation_id: UUID) -> list[dict[str, str]]:

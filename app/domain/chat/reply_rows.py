@@ -24,7 +24,7 @@ from math import isfinite
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
@@ -32,15 +32,19 @@ from app.db.session import Sessions, transaction
 from app.domain.chat.conversations import (
     DEFAULT_TITLE,
     ConversationNotFoundError,
+    clean_title,
     distinct_title,
     owned_conversation_ids,
     title_from_message,
     titles_like,
 )
-from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
 from app.domain.errors import InvalidInputError
 from app.streaming.events import Status
 from app.streaming.generation import Outcome
+
+API_TITLE_CHARS = 80
+"""A `/v1` call's conversation is titled with the start of its question."""
 
 
 class NotRegenerableError(Exception):
@@ -167,6 +171,169 @@ async def _name_new_chat(session: AsyncSession, conversation_id: UUID, first_mes
     )
 
 
+class _FollowLeaf:
+    """`add_turn`'s default parent: the conversation's current leaf, read under the write lock."""
+
+
+FOLLOW_LEAF = _FollowLeaf()
+
+
+_CONVERSATIONS = Conversation.__table__
+_MESSAGES = Message.__table__
+# The columns `turn_rows` sets; the others take their defaults (the same Core column defaults the
+# ORM would apply).
+_TURN_COLUMNS = (
+    "id",
+    "parent_id",
+    "conversation_id",
+    "role",
+    "content",
+    "status",
+    "model",
+    "engine_request_id",
+    "replica_id",
+    "completion_tokens",
+    "created_at",
+)
+
+
+async def take_conversation(
+    session: AsyncSession, conversation_id: UUID, now: datetime, leaf: UUID | None = None
+) -> None:
+    """Bump the conversation (and, given `leaf`, make it its current end) as a transaction's first
+    write: its row lock (PostgreSQL) or the write lock (SQLite) is taken here, never after a read
+    of it (see `add_turn`). Raises ConversationNotFoundError when it is gone.
+
+    A Core UPDATE of the table, not the ORM's: no object of the session changes, and the ORM's
+    bulk-UPDATE path costs about as much again in Python (bench/setup_cost.py)."""
+    values: dict[str, Any] = {"updated_at": now}
+    if leaf is not None:
+        values["current_leaf_id"] = leaf
+    touched = await session.execute(
+        update(_CONVERSATIONS).where(_CONVERSATIONS.c.id == conversation_id).values(**values)
+    )
+    if touched.rowcount == 0:
+        raise ConversationNotFoundError(conversation_id)
+
+
+async def _insert_turn(session: AsyncSession, question: Message, reply: Message) -> None:
+    """Both rows in one INSERT (Core, as `take_conversation`: the objects stay out of the
+    session, nothing is read back)."""
+    rows = [{name: getattr(m, name) for name in _TURN_COLUMNS} for m in (question, reply)]
+    await session.execute(insert(_MESSAGES), rows)
+
+
+def turn_rows(
+    conversation_id: UUID,
+    user_content: str,
+    model: str | None,
+    parent_id: UUID | None,
+    *,
+    engine_request_id: str | None,
+    replica_id: str | None,
+    now: datetime,
+) -> tuple[Message, Message]:
+    """A turn's two rows, not yet added: the question following `parent_id`, and its (empty,
+    `streaming`) reply stamped one microsecond later, so that ordering by `created_at` is total
+    even on a coarse clock."""
+    question = Message(
+        id=uuid4(),
+        parent_id=parent_id,
+        conversation_id=conversation_id,
+        role=MessageRole.USER,
+        content=user_content,
+        status=Status.COMPLETED,
+        created_at=now,
+    )
+    reply = new_reply(
+        conversation_id, model, engine_request_id, replica_id, now + timedelta(microseconds=1)
+    )
+    reply.id, reply.parent_id = uuid4(), question.id
+    return question, reply
+
+
+async def write_turn(
+    session: AsyncSession,
+    conversation_id: UUID,
+    user_content: str,
+    model: str | None,
+    *,
+    parent_id: UUID | _FollowLeaf | None,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+    title_if_untitled: str | None = None,
+) -> tuple[Message, Message]:
+    """`add_turn`'s writes in the caller's transaction (which commits them): the question follows
+    `parent_id` (None: a first question; FOLLOW_LEAF: the current leaf), the reply becomes the
+    current leaf. Two statements when the parent is known and no title is wanted: the
+    conversation's UPDATE (bump and leaf, and its lock), both rows in one INSERT; nothing read
+    back."""
+    now = utcnow()
+    follow = isinstance(parent_id, _FollowLeaf)
+    question, reply = turn_rows(
+        conversation_id,
+        user_content,
+        model,
+        None if isinstance(parent_id, _FollowLeaf) else parent_id,
+        engine_request_id=engine_request_id,
+        replica_id=replica_id,
+        now=now,
+    )
+    await take_conversation(session, conversation_id, now, None if follow else reply.id)
+    if follow:
+        question.parent_id = await session.scalar(
+            select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
+        )
+    if title_if_untitled:
+        await _name_new_chat(session, conversation_id, title_if_untitled)
+    await _insert_turn(session, question, reply)
+    if follow:
+        await session.execute(
+            update(_CONVERSATIONS)
+            .where(_CONVERSATIONS.c.id == conversation_id)
+            .values(current_leaf_id=reply.id)
+        )
+    return question, reply
+
+
+async def write_api_call(
+    session: AsyncSession,
+    user_id: UUID,
+    question: str,
+    model: str | None,
+    *,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+) -> tuple[Message, Message]:
+    """A `/v1` call's rows in the caller's transaction: its `api` conversation (titled from the
+    question), the question and the streaming reply, its current leaf. Inserts only: nothing else
+    can hold a conversation that does not exist yet."""
+    now = utcnow()
+    conversation = Conversation(
+        id=uuid4(),
+        user_id=user_id,
+        title=clean_title(question[:API_TITLE_CHARS]),
+        source=ConversationSource.API,
+        created_at=now,
+        updated_at=now,
+    )
+    asked, reply = turn_rows(
+        conversation.id,
+        question,
+        model,
+        None,
+        engine_request_id=engine_request_id,
+        replica_id=replica_id,
+        now=now,
+    )
+    conversation.current_leaf_id = reply.id
+    session.add_all([conversation, asked, reply])
+    await session.flush()
+    if conversation.title == DEFAULT_TITLE:  # the question's start is all blanks
+        await _name_new_chat(session, conversation.id, question)
+    return asked, reply
+
+
 async def add_turn(
     sessions: Sessions,
     conversation_id: UUID,
@@ -181,11 +348,9 @@ async def add_turn(
     """Store the user's message and the (empty, `streaming`) assistant reply in one transaction.
 
     The question follows `parent_id` (the end of the branch its prompt was built on) or, when
-    None, the conversation's current leaf; the reply becomes the new current leaf.
-
-    The reply is stamped one microsecond after the question so that ordering by `created_at` is
-    total even on a coarse clock. Raises `ConversationNotFoundError`; ownership is the caller's
-    business (it got the conversation from `get_conversation`).
+    None, the conversation's current leaf; the reply becomes the new current leaf. Raises
+    `ConversationNotFoundError`; ownership is the caller's business (it got the conversation
+    from `get_conversation`).
 
     The transaction starts with a conditional UPDATE of the conversation, never a read: a DELETE
     racing it then either waits for this transaction (PostgreSQL's row lock; SQLite's write lock,
@@ -193,43 +358,17 @@ async def add_turn(
     leaves nothing to update (ConversationNotFoundError). Reading first let the DELETE slip in
     between the read and the writes: the ORM's UPDATE then matched no row (StaleDataError, a 500).
     """
-    now = utcnow()
     async with transaction(sessions) as session:
-        touched = await session.execute(
-            update(Conversation)
-            .where(Conversation.id == conversation_id)
-            .values(updated_at=now)
-            .execution_options(synchronize_session=False)
+        return await write_turn(
+            session,
+            conversation_id,
+            user_content,
+            model,
+            parent_id=FOLLOW_LEAF if parent_id is None else parent_id,
+            engine_request_id=engine_request_id,
+            replica_id=replica_id,
+            title_if_untitled=title_if_untitled,
         )
-        if touched.rowcount == 0:
-            raise ConversationNotFoundError(conversation_id)
-        if parent_id is None:
-            parent_id = await session.scalar(
-                select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
-            )
-        if title_if_untitled:
-            await _name_new_chat(session, conversation_id, title_if_untitled)
-        user_message = Message(
-            id=uuid4(),
-            parent_id=parent_id,
-            conversation_id=conversation_id,
-            role=MessageRole.USER,
-            content=user_content,
-            status=Status.COMPLETED,
-            created_at=now,
-        )
-        assistant_message = new_reply(
-            conversation_id, model, engine_request_id, replica_id, now + timedelta(microseconds=1)
-        )
-        assistant_message.id, assistant_message.parent_id = uuid4(), user_message.id
-        session.add_all([user_message, assistant_message])
-        await session.execute(
-            update(Conversation)
-            .where(Conversation.id == conversation_id)
-            .values(current_leaf_id=assistant_message.id)
-            .execution_options(synchronize_session=False)
-        )
-    return user_message, assistant_message
 
 
 async def mark_interrupted_at_startup(sessions: Sessions, replica_id: str | None = None) -> int:

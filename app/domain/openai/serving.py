@@ -21,12 +21,10 @@ from uuid import UUID
 from litestar import Request, Response
 from litestar.response import Stream
 
-from app.domain.chat import conversations
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.schemas import ReplyOptions
 from app.domain.openai.errors import OpenAIError
 from app.domain.openai.schemas import ChatCompletionRequest, openai_error
-from app.domain.refusals import DOMAIN_ERRORS
 from app.domain.sse import sse_response
 from app.engine import Engine
 from app.engine.base import SamplingParams
@@ -111,18 +109,8 @@ class OpenAIServingChat:
     async def start(
         self, user_id: UUID, messages: list[dict[str, str]], params: SamplingParams
     ) -> AsyncGenerator[StreamEvent | None, None]:
-        """Store the call as an `api` conversation and start its reply; its events, followed."""
-        sessions, question = self.replies.sessions, messages[-1]["content"]
-        conversation = await conversations.create_conversation(
-            sessions, user_id, question[:80], source="api"
-        )
-        try:
-            generation = await self.replies.start(
-                user_id, conversation, question, params, extra_messages=messages
-            )
-        except DOMAIN_ERRORS:  # refused (answered by the router's handler): keep no empty one
-            await conversations.delete_conversation(sessions, user_id, conversation.id)
-            raise
+        """Start the reply and store the call as an `api` conversation; its events, followed."""
+        generation = await self.replies.start_api_call(user_id, messages, params)
         return self.replies.follow(
             generation, transport="openai", after=0, keepalive_s=self.replies.keepalive_s
         )
