@@ -17,7 +17,7 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
   within a round the earliest admitted first, so the earliest arrival gets its first token first
   and a newcomer's prompt does not wait behind someone's flood admitted just before it. A long
   prompt therefore enters in slices over several steps while everyone else keeps getting a token
-  per step.
+  per step; beside decoders its slices start small and at most double (`FIRST_CHUNK`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ from app.engine.base import SamplingParams
 from app.engine.fair_queue import FairQueue
 from app.engine.llamacpp_prefix_cache import Entry, PrefixCache
 from app.engine.step_clock import MIN_PREFILL
+
+# Beside decoding streams, a prompt's first chunk takes at most this many tokens and each next
+# one at most twice the last: a token deep in a long prompt attends to all before it and costs
+# several decode tokens on a CPU, more than the step clock has yet seen, so a first big chunk
+# would stall everyone (measured: a 1,500-token prompt's first chunk made one 9x gap).
+FIRST_CHUNK = 16
 
 
 class SeqState(Enum):
@@ -65,6 +71,7 @@ class Sequence:
     unsent_ids: list[int] = field(default_factory=list)  # sampled tokens not yet in a TextDelta
     cancel_requested: bool = False
     batch_index: int = -1  # where this step's logits for it are, -1 for none
+    last_chunk: int = 0  # prompt tokens its previous chunk took (slow start, see `plan`)
 
     @property
     def kv_reserve(self) -> int:
@@ -196,10 +203,14 @@ class Scheduler:
             else:
                 chunks.append(Chunk(seq, [seq.next_token], seq.n_cached, True))
         budget = min(prefill_budget, self.max_step_tokens - len(chunks))
+        decoding = bool(chunks)
         for seq in prefill_order(prefilling):
             if budget <= 0:
                 break
             take = min(len(seq.prompt) - seq.n_cached, budget)
+            if decoding:  # slow start: what a token costs deep in a long prompt is learnt first
+                take = min(take, max(FIRST_CHUNK, 2 * seq.last_chunk))
+            seq.last_chunk = take
             end = seq.n_cached + take
             chunks.append(
                 Chunk(seq, seq.prompt[seq.n_cached : end], seq.n_cached, end == len(seq.prompt))

@@ -25,7 +25,7 @@ from app.engine.base import (
 )
 from app.engine.llamacpp import LlamaCppEngine
 from app.engine.llamacpp_prefix_cache import PrefixCache, common_prefix_len
-from app.engine.llamacpp_scheduler import Scheduler, Sequence
+from app.engine.llamacpp_scheduler import FIRST_CHUNK, Scheduler, Sequence
 from app.engine.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
 from app.engine.step_clock import MIN_PREFILL, StepClock
 from app.settings import EngineSettings
@@ -163,6 +163,17 @@ def test_plan_decodes_everyone_and_chunks_prefill_within_budget() -> None:
     assert all(c.wants_logits for c in plan[:6]) and not plan[-1].wants_logits
     long.n_cached = 95
     assert sched.plan(prefill_budget=10)[-1].wants_logits  # the final chunk samples the first token
+
+
+def test_beside_decoders_a_long_prompt_starts_small_and_doubles() -> None:
+    long = _seq("long", 200, 10)
+    sched = admitted_with_decoders([_seq("d", 4, 50)], long, max_seqs=4)
+    taken = []
+    while long.prefilling:
+        chunk = sched.plan(prefill_budget=1000)[-1]
+        taken.append(len(chunk.tokens))
+        long.n_cached += len(chunk.tokens)
+    assert taken == [FIRST_CHUNK, 32, 64, 88]  # 16 + 32 + 64 + the last 88 of 200
 
 
 def test_a_step_never_holds_more_than_max_step_tokens() -> None:
