@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIN_PREFILL = 4  # tokens a step always gives waiting prompts, so decoders never starve them
+MIN_PREFILL = 8  # tokens a step always gives waiting prompts (the old fixed budget gave 8 beside 8)
 
 
 @dataclass(slots=True)
