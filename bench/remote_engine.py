@@ -1,7 +1,7 @@
 """ENGINE=openai in front of two llama-servers, against the same requests sent straight to them.
 
     python bench/remote_engine.py [--concurrency 8,32] [--max-tokens 64] [--slots 16]
-        [--threads 1] [--stop-trials 5] [--runs 1]
+        [--threads 1] [--stop-trials 5] [--runs 1] [--pin]
 
 Two llama.cpp `llama-server`s (tests/llama_server.py; built once by tests/llama_cpp_build.py) with
 SmolLM2, `--slots` slots each; the app (uvicorn, ENGINE=openai, a fresh SQLite database, one user
@@ -17,6 +17,11 @@ Then Stop: `--stop-trials` times, a 600-token reply is streamed, and after 5 chu
 hangs up (the `/v1` API's disconnect grace is 0, so that is its Stop) — through the app, and
 direct — and the time from the hang-up to both upstreams' `/slots` showing no slot processing is
 measured (polled every 5 ms; each poll is answered by llama-server's own loop between steps).
+
+With `--pin` the upstreams run on CPU 0 and the app and this client on the other CPUs (Linux
+affinity, every thread), as deploy/SCALING.md puts them on different machines: unpinned on a
+2-CPU box every CPU-second the app spends is taken from the upstreams, which measures the box
+rather than the app in front.
 
 Request and stream helpers are bench/vs_llama_server.py's (issue 12).
 """
@@ -40,6 +45,12 @@ from vs_llama_server import Stream, Target, app_target, prompt, stream_chat
 sys.path.insert(0, str(ROOT))
 
 from tests.llama_server import LlamaServer
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Move every thread of process `pid` onto `cpus` (threads made later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)
 
 
 async def burst(targets: list[Target], n: int, tag: str, max_tokens: int) -> list[Stream]:
@@ -173,7 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--stop-trials", type=int, default=5)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--pin", action="store_true", help="upstreams on CPU 0, app and client on the rest"
+    )
     args = parser.parse_args(argv)
+    upstream_cpus = {0}
+    front_cpus = set(range(os.cpu_count() or 2)) - upstream_cpus
+    if args.pin:  # the app (started from here) inherits this process's CPUs
+        pin(os.getpid(), front_cpus)
     with tempfile.TemporaryDirectory(prefix="remote-bench-") as tmp:
         folder = Path(tmp)
         upstreams = [
@@ -189,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for upstream in upstreams:
                 upstream.start()
+                if args.pin:
+                    assert upstream.process is not None
+                    pin(upstream.process.pid, upstream_cpus)
             env = {
                 "ENGINE": "openai",
                 "ENGINE_UPSTREAMS": ",".join(u.openai_url for u in upstreams),
@@ -200,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             app.start()
             try:
                 print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
+                if args.pin:
+                    print(
+                        f"pinned: upstreams on CPUs {upstream_cpus}, app and client on {front_cpus}"
+                    )
                 run_loop(bench(args, upstreams, app))
             finally:
                 app.stop()

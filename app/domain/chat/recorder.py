@@ -18,14 +18,18 @@ class DatabaseRecorder:
     async def save_progress(self, progress: Sequence[Progress]) -> None:
         """Every running reply's partial text, in ONE transaction (one fsync, one write lock)."""
         async with transaction(self.sessions) as session:
-            for item in progress:
+            for item in sorted(progress, key=lambda p: p.message_id):  # lock order: see below
                 await session.execute(
                     progress_update(UUID(item.message_id), item.text, item.completion_tokens)
                 )
 
     async def save_finals(self, outcomes: Sequence[Outcome]) -> None:
         """Several replies' ends in ONE transaction, each its `Outcome` as it is: all saved, or
-        none."""
+        none.
+
+        Both batches lock their rows in message-id order: a progress flush and a batch of ends
+        running at once on PostgreSQL would otherwise each hold a row the other waits for
+        ("deadlock detected", seen under a burst of 256), and one of them would be rolled back."""
         async with transaction(self.sessions) as session:
-            for outcome in outcomes:
+            for outcome in sorted(outcomes, key=lambda o: o.message_id):
                 await session.execute(final_update(outcome))
