@@ -155,6 +155,8 @@ async def bench(args: argparse.Namespace, upstreams: list[LlamaServer], app: Ser
     print_table(["case", "tok/s", "TTFT p50", "p99", "gap p50", "p99", "errors", "load"], rows)
     print("\n== app / direct")
     print_table(["streams", "tok/s", "TTFT p50 +ms", "gap p50"], summary)
+    if not args.stop_trials:
+        return
 
     stops: dict[str, list[float]] = {"app": [], "direct": []}
     for trial in range(args.stop_trials):
