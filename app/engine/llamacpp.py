@@ -204,6 +204,7 @@ class LlamaCppEngine:
                 "steps_seconds": counts.step_s,
                 "decode_seconds": counts.decode_s,
                 "sample_seconds": counts.sample_s,
+                "padded_steps": counts.padded_steps,
                 "prefix_cache_entries": len(self._sched.cache.entries),
                 "prefix_cache_cells": counts.cache_cells,
                 "prefix_reused_tokens": self._sched.cache.reused_tokens,

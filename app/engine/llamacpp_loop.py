@@ -7,8 +7,8 @@ Shape of the loop (one iteration = one step = one `llama_decode`):
                                     a cached prefix of the owner's own earlier prompts is shared,
                                     not prefilled again)
     build ONE batch                (a decode token per running sequence + prompt chunks, as many as
-                                    the step clock allows: `step_clock`; never a lone token: see
-                                    `StepLoop._decode_padded`)
+                                    the step clock allows: `step_clock`; never a lone greedy
+                                    token: see `StepLoop._decode_padded`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
     sample per sequence            (numpy over llama.cpp's logits rows: `llamacpp_sampling`)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
@@ -65,6 +65,7 @@ class StepCounters:
     step_s: float = 0.0
     cache_cells: int = 0
     taken: int = 0  # sequences taken out of the inbox
+    padded_steps: int = 0  # steps given a pad token (a lone greedy token: `_decode_padded`)
 
 
 class StepLoop:
@@ -205,7 +206,7 @@ class StepLoop:
                 seq.batch_index = last if chunk.wants_logits else -1
             t1 = time.perf_counter()
             if chunks:
-                self._decode_padded(native)
+                self._decode_padded(native, exact=chunks[-1].seq.params.greedy)
             t2 = time.perf_counter()
             now = time.time()
             logits = native.logits
@@ -245,25 +246,32 @@ class StepLoop:
         batch.clear()
         batch.add_run(self._opening, 0, seq_id, False)
         try:
-            self._decode_padded(native)
+            self._decode_padded(native, exact=True)  # every greedy reply starts from these cells
         except Exception:  # not worth failing for: prompts then prefill it themselves
             log.exception("could not prefill the chat template's opening")
             native.forget(seq_id)
             return
         self._sched.cache.pin(seq_id, list(self._opening))
 
-    def _decode_padded(self, native: NativeModel) -> None:
-        """Decode the step's batch, never as a one-row graph (see `llamacpp_native.needs_pad`).
+    def _decode_padded(self, native: NativeModel, *, exact: bool) -> None:
+        """Decode the step's batch; with `exact`, never as a one-row graph (see
+        `llamacpp_native.needs_pad`).
 
-        A lone decode (or a one-token prompt chunk) gets a throwaway token of a scratch sequence
-        beside it: it makes the graph two rows, which keeps flash attention on the kernel whose
-        result does not depend on the KV window, so a greedy reply does not depend on the other
-        requests in the pool. Its cell is freed at once; nobody attends to it.
+        `exact` is set when the batch's last token (the one a one-row graph would hold) belongs
+        to a greedy sequence. Such a lone token gets a throwaway token of a scratch sequence beside
+        it: it makes the graph two rows, which keeps flash attention on the kernel whose result
+        does not depend on the KV window, so a greedy reply does not depend on the other requests
+        in the pool. Its cell is freed at once; nobody attends to it. The second row is not free:
+        a lone stream's step took 12.1 ms instead of 7.7 on a 2-CPU EPYC (bench/README.md, issue
+        12 part 5). A sampled reply, whose logits already move with the pool's cell layout
+        (tests/engine/test_llamacpp.py, `test_seeded_sampling_is_reproducible`), therefore
+        decodes alone unpadded, as fast as llama.cpp's own server.
         """
         batch = native.batch
         assert batch is not None
-        padded = needs_pad(len(batch))
+        padded = exact and needs_pad(len(batch))
         if padded:
+            self.counters.padded_steps += 1
             batch.add_run([native.pad_token], PAD_TOKEN_POS, self._pad_seq, False)
         try:
             native.decode()

@@ -85,7 +85,8 @@ thread sums a slice of the window and the slices are merged, so where the slices
 the window, i.e. on what OTHER requests (and prefix-cache entries) occupy. A lone sequence's
 greedy reply would then change with everyone else's traffic (ggml/src/ggml-cpu/ops.cpp,
 `ggml_compute_forward_flash_attn_ext_f16`: `use_split_kv_path = ... neq1 == 1 ... nek1 >= 512`).
-So the engine never submits a one-row graph: see `needs_pad` and `PAD_TOKEN_POS`."""
+So the engine never submits a one-row graph for a greedy sequence: see `needs_pad`,
+`PAD_TOKEN_POS` and `StepLoop._decode_padded` (app/engine/llamacpp_loop.py)."""
 
 PAD_TOKEN_POS = 0
 """Where the engine's pad token sits in its own scratch sequence (dropped again after the step)."""

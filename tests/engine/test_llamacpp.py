@@ -758,6 +758,23 @@ async def test_a_greedy_reply_does_not_change_with_other_users_traffic() -> None
 
 
 @module_loop
+async def test_only_a_lone_greedy_token_gets_the_pad(engine: LlamaCppEngine) -> None:
+    """The pad row (`StepLoop._decode_padded`) is what keeps a lone greedy reply exact, and it
+    costs a lone stream about half its speed: a sampled reply alone decodes unpadded, a greedy
+    one padded at every step. Fails if the pad is dropped for greedy or kept for sampled."""
+    await wait_idle(engine)
+    before = engine.stats().extra["padded_steps"]
+    sampled = SamplingParams(max_tokens=8, temperature=0.8, seed=7)
+    _, _, fin = await run(engine, "pad-sampled", QUESTIONS[1], sampled)
+    assert fin.completion_tokens >= 2
+    assert engine.stats().extra["padded_steps"] == before
+    _, _, fin = await run(
+        engine, "pad-greedy", QUESTIONS[1], SamplingParams(max_tokens=8, temperature=0)
+    )
+    assert engine.stats().extra["padded_steps"] - before >= fin.completion_tokens - 1
+
+
+@module_loop
 async def test_stats_when_idle(engine: LlamaCppEngine) -> None:
     await wait_idle(engine)
     stats = engine.stats()
