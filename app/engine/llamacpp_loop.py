@@ -7,8 +7,8 @@ Shape of the loop (one iteration = one step = one `llama_decode`):
                                     a cached prefix of the owner's own earlier prompts is shared,
                                     not prefilled again)
     build ONE batch                (a decode token per running sequence + prompt chunks, as many as
-                                    the step clock allows: `step_clock`; never a lone greedy
-                                    token: see `StepLoop._decode_padded`)
+                                    the step clock allows: `step_clock`; exact graphs when a
+                                    greedy sequence is in it: see `StepLoop._decode`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
     sample per sequence            (numpy over llama.cpp's logits rows: `llamacpp_sampling`)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 
 from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
-from app.engine.llamacpp_native import PAD_TOKEN_POS, NativeModel, needs_pad
+from app.engine.llamacpp_native import EXACT_ROWS, PAD_TOKEN_POS, NativeModel
 from app.engine.llamacpp_sampling import TokenSampler
 from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
 from app.engine.step_clock import StepClock
@@ -65,7 +65,7 @@ class StepCounters:
     step_s: float = 0.0
     cache_cells: int = 0
     taken: int = 0  # sequences taken out of the inbox
-    padded_steps: int = 0  # steps given a pad token (a lone greedy token: `_decode_padded`)
+    padded_steps: int = 0  # steps given a pad token (a lone greedy token: `StepLoop._decode`)
 
 
 class StepLoop:
@@ -189,10 +189,13 @@ class StepLoop:
         sched = self._sched
         try:
             for seq in sched.admit(evict=lambda entry: native.forget(entry.seq_id)):
-                entry, reuse = sched.cache.lookup(seq.prompt, seq.owner)
+                entry, reuse = sched.cache.lookup(
+                    seq.prompt, seq.owner, exact_only=seq.params.greedy
+                )
                 if entry is not None:
                     native.share(entry.seq_id, seq.slot, reuse)
                     seq.n_cached = reuse
+                    seq.exact = entry.exact
                 seed = seq.params.seed if seq.params.seed is not None else random.getrandbits(32)
                 seq.sampler = TokenSampler(seq.params, seed)
             decoders = sched.decoders
@@ -205,8 +208,9 @@ class StepLoop:
                 last = batch.add_run(chunk.tokens, chunk.start, seq.slot, chunk.wants_logits)
                 seq.batch_index = last if chunk.wants_logits else -1
             t1 = time.perf_counter()
-            if chunks:
-                self._decode_padded(native, exact=chunks[-1].seq.params.greedy)
+            if chunks and not self._decode(native, exact=any(c.seq.params.greedy for c in chunks)):
+                for chunk in chunks:
+                    chunk.seq.exact = False
             t2 = time.perf_counter()
             now = time.time()
             logits = native.logits
@@ -246,38 +250,44 @@ class StepLoop:
         batch.clear()
         batch.add_run(self._opening, 0, seq_id, False)
         try:
-            self._decode_padded(native, exact=True)  # every greedy reply starts from these cells
+            self._decode(native, exact=True)  # every greedy reply starts from these cells
         except Exception:  # not worth failing for: prompts then prefill it themselves
             log.exception("could not prefill the chat template's opening")
             native.forget(seq_id)
             return
         self._sched.cache.pin(seq_id, list(self._opening))
 
-    def _decode_padded(self, native: NativeModel, *, exact: bool) -> None:
-        """Decode the step's batch; with `exact`, never as a one-row graph (see
-        `llamacpp_native.needs_pad`).
+    def _decode(self, native: NativeModel, *, exact: bool) -> bool:
+        """Decode the step's batch; returns whether every graph was exact (see
+        `llamacpp_native.EXACT_ROWS`): the cells it wrote then do not depend on the other rows.
 
-        `exact` is set when the batch's last token (the one a one-row graph would hold) belongs
-        to a greedy sequence. Such a lone token gets a throwaway token of a scratch sequence beside
-        it: it makes the graph two rows, which keeps flash attention on the kernel whose result
-        does not depend on the KV window, so a greedy reply does not depend on the other requests
-        in the pool. Its cell is freed at once; nobody attends to it. The second row is not free:
-        a lone stream's step took 12.1 ms instead of 7.7 on a 2-CPU EPYC (bench/README.md, issue
-        12 part 5). A sampled reply, whose logits already move with the pool's cell layout
-        (tests/engine/test_llamacpp.py, `test_seeded_sampling_is_reproducible`), therefore
-        decodes alone unpadded, as fast as llama.cpp's own server.
+        `exact` is asked for when the step holds a greedy sequence's tokens, so that a greedy reply
+        does not depend on the other requests in the pool: the batch then goes in graphs of 2 to
+        `EXACT_ROWS` rows. A lone token gets a throwaway token of a scratch sequence beside it, to
+        make its graph two rows; its cell is freed at once and nobody attends to it. Exactness
+        costs: the second row took a lone stream's step from 7.7 to 12.1 ms on a 2-CPU EPYC, and a
+        ~1,000-token prompt's prefill 4.2 s instead of 3.1-3.4 in 512-row graphs (bench/README.md,
+        issue 12 part 5). A step of sampled sequences only, whose logits already move with the
+        pool's cell layout (tests/engine/test_llamacpp.py, `test_seeded_sampling_is_reproducible`),
+        therefore goes as llama.cpp's own server would: one graph per 512 tokens, a lone token
+        alone. Its cells are then marked inexact, and greedy prompts do not reuse them.
         """
         batch = native.batch
         assert batch is not None
-        padded = exact and needs_pad(len(batch))
+        n = len(batch)
+        if not exact:
+            native.decode()
+            return 2 <= n <= EXACT_ROWS
+        padded = n == 1
         if padded:
             self.counters.padded_steps += 1
             batch.add_run([native.pad_token], PAD_TOKEN_POS, self._pad_seq, False)
         try:
-            native.decode()
+            native.decode(max_rows=EXACT_ROWS)
         finally:
             if padded:
                 native.forget(self._pad_seq)
+        return True
 
     def _accept(self, seq: Sequence, token: int, now: float) -> None:
         """One sampled token: count it, turn it into text, and decide whether the reply is over."""
@@ -342,13 +352,13 @@ class StepLoop:
         if not cache.seq_ids:
             return
         tokens = seq.cached_tokens()
-        plan = cache.plan_store(tokens, seq.owner)
+        plan = cache.plan_store(tokens, seq.owner, exact=seq.exact)
         if plan is None:
             return
         if plan.replaces is not None:
             native.forget(plan.seq_id)
         native.share(slot, plan.seq_id, len(tokens))
-        for evicted in cache.commit_store(plan, tokens, seq.owner):
+        for evicted in cache.commit_store(plan, tokens, seq.owner, exact=seq.exact):
             native.forget(evicted.seq_id)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:

@@ -13,7 +13,9 @@ import ctypes
 import logging
 import os
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 if "OMP_WAIT_POLICY" not in os.environ:
     # The llama.cpp wheel is built with OpenMP, whose threads meet at a barrier after each of the
@@ -70,13 +72,16 @@ def _init_backend() -> None:
         _backend_ready = True
 
 
-MAX_UBATCH = 63
-"""The most tokens llama.cpp computes in one graph. With 64 or more query rows, ggml's CPU flash
-attention switches to a tiled kernel whose rounding depends on which other sequences share the
-tile, so a greedy reply would change with the load. Below that, flash attention walks each query's
-KV cells one by one and skips other sequences' cells exactly, so a sequence's logits are bit-for-bit
-the same alone or batched (see `tests/engine/test_llamacpp.py`). Larger steps are still accepted:
-llama.cpp splits them into several graphs. (Without flash attention, the masked softmax and the
+UBATCH = 512
+"""The most tokens llama.cpp computes in one graph (`n_ubatch`, llama-server's default too)."""
+
+EXACT_ROWS = 63
+"""The most query rows of an EXACT graph: one whose logits for a sequence do not depend on the
+other sequences in the pool. With 64 or more query rows, ggml's CPU flash attention switches to a
+tiled kernel whose rounding depends on which other sequences share the tile, so a greedy reply
+would change with the load. Below that, flash attention walks each query's KV cells one by one and
+skips other sequences' cells exactly, so a sequence's logits are bit-for-bit the same alone or
+batched (see `tests/engine/test_llamacpp.py`). (Without flash attention, the masked softmax and the
 V product run over the whole shared window and do differ with the batch: hence flash_attn=True.)
 
 At the other end, a graph of exactly ONE query row takes a split-KV kernel once the KV window
@@ -85,30 +90,40 @@ thread sums a slice of the window and the slices are merged, so where the slices
 the window, i.e. on what OTHER requests (and prefix-cache entries) occupy. A lone sequence's
 greedy reply would then change with everyone else's traffic (ggml/src/ggml-cpu/ops.cpp,
 `ggml_compute_forward_flash_attn_ext_f16`: `use_split_kv_path = ... neq1 == 1 ... nek1 >= 512`).
-So the engine never submits a one-row graph for a greedy sequence: see `needs_pad`,
-`PAD_TOKEN_POS` and `StepLoop._decode_padded` (app/engine/llamacpp_loop.py)."""
+
+So an exact step is decoded in graphs of 2 to EXACT_ROWS rows (`NativeModel.decode(max_rows=)`),
+and a lone token gets a pad token beside it: see `PAD_TOKEN_POS` and `StepLoop._decode`
+(app/engine/llamacpp_loop.py), which asks for exactness only where a greedy reply needs it."""
 
 PAD_TOKEN_POS = 0
 """Where the engine's pad token sits in its own scratch sequence (dropped again after the step)."""
 
 
-def needs_pad(n_tokens: int) -> bool:
-    """Whether a step of `n_tokens` would give llama.cpp a one-row graph (its last ubatch).
-
-    llama.cpp cuts a batch into ubatches of `MAX_UBATCH` consecutive tokens (one KV stream:
-    `split_simple`, src/llama-kv-cache.cpp), so the last one holds `n % MAX_UBATCH` tokens."""
-    return n_tokens % MAX_UBATCH == 1
+def exact_slices(n_tokens: int, max_rows: int) -> list[tuple[int, int]]:
+    """Cut `n_tokens` into consecutive graphs of at most `max_rows` and never exactly one row
+    (a one-row remainder borrows a row from the graph before it)."""
+    slices = list(pairwise([*range(0, n_tokens, max_rows), n_tokens]))
+    if len(slices) > 1 and slices[-1][1] - slices[-1][0] == 1:
+        (a, b), (_, c) = slices[-2], slices[-1]
+        slices[-2:] = [(a, b - 1), (b - 1, c)]
+    return slices
 
 
 class DecodeError(RuntimeError):
     """llama_decode refused or failed a batch."""
 
 
+def _check(rc: int) -> None:
+    if rc != 0:
+        reason = {1: "no free KV cells for the batch", 2: "aborted", -1: "invalid batch"}
+        raise DecodeError(f"llama_decode returned {rc}: {reason.get(rc, 'fatal error')}")
+
+
 @dataclass(frozen=True, slots=True)
 class ContextConfig:
     kv_cells: int  # n_ctx: KV cells shared by all sequences (kv_unified)
     max_seqs: int  # n_seq_max: distinct sequence ids (running ones + prefix-cache entries)
-    batch_tokens: int  # n_batch = n_ubatch: the most tokens one step may submit
+    batch_tokens: int  # n_batch: the most tokens one step may submit
     threads: int  # n_threads and n_threads_batch
     flash_attn: bool
 
@@ -171,6 +186,23 @@ class StepBatch:
             slots[i][0] = seq_id
         self.raw.n_tokens = n
 
+    def view(self, start: int, end: int) -> C.llama_batch:
+        """A `llama_batch` over tokens [start, end) of the committed batch: the same arrays, offset."""
+        raw, view = self.raw, C.llama_batch()
+        view.n_tokens = end - start
+
+        def at(field: str, ptr_type: type) -> Any:
+            base = ctypes.cast(getattr(raw, field), ctypes.c_void_p).value or 0
+            size = ctypes.sizeof(getattr(raw, field)._type_)
+            return ctypes.cast(ctypes.c_void_p(base + start * size), ptr_type)
+
+        view.token = at("token", type(raw.token))
+        view.pos = at("pos", type(raw.pos))
+        view.n_seq_id = at("n_seq_id", type(raw.n_seq_id))
+        view.seq_id = at("seq_id", type(raw.seq_id))
+        view.logits = at("logits", type(raw.logits))
+        return view
+
     def free(self) -> None:
         if self.raw is not None:
             C.llama_batch_free(self.raw)
@@ -221,13 +253,14 @@ class NativeModel:
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self._row_type = ctypes.c_float * self.n_vocab
+        self._copied: dict[int, np.ndarray] | None = None  # logits kept by a sliced decode
 
     @staticmethod
     def _context_params(config: ContextConfig) -> C.llama_context_params:
         params = C.llama_context_default_params()
         params.n_ctx = config.kv_cells
         params.n_batch = config.batch_tokens
-        params.n_ubatch = min(config.batch_tokens, MAX_UBATCH)
+        params.n_ubatch = min(config.batch_tokens, UBATCH)
         params.n_seq_max = config.max_seqs
         params.kv_unified = True  # one pool of cells, any sequence may use any of them
         params.n_threads = config.threads
@@ -297,18 +330,36 @@ class NativeModel:
 
     # --- the loop thread's calls ----------------------------------------------------------------
 
-    def decode(self) -> None:
-        """Run the step batch through the model (releases the GIL while it computes)."""
-        assert self.batch is not None
-        self.batch.commit()
-        rc = C.llama_decode(self.ctx, self.batch.raw)
-        if rc != 0:
-            reason = {1: "no free KV cells for the batch", 2: "aborted", -1: "invalid batch"}
-            raise DecodeError(f"llama_decode returned {rc}: {reason.get(rc, 'fatal error')}")
+    def decode(self, max_rows: int | None = None) -> None:
+        """Run the step batch through the model (releases the GIL while it computes).
+
+        With `max_rows`, as consecutive graphs of at most that many rows and never one
+        (`exact_slices`, for `EXACT_ROWS`), each its own llama_decode; each graph's output rows are
+        copied out before the next decode overwrites llama.cpp's logits buffer."""
+        batch = self.batch
+        assert batch is not None
+        batch.commit()
+        self._copied = None
+        n = len(batch)
+        if max_rows is None or n <= max_rows:
+            _check(C.llama_decode(self.ctx, batch.raw))
+            return
+        copied: dict[int, np.ndarray] = {}
+        for start, end in exact_slices(n, max_rows):
+            _check(C.llama_decode(self.ctx, batch.view(start, end)))
+            for i in range(start, end):
+                if batch.outputs[i]:
+                    copied[i] = self._logits_row(i - start).copy()
+        self._copied = copied
 
     def logits(self, batch_index: int) -> np.ndarray:
-        """The last decode's logits at one batch position, as a numpy view of llama.cpp's own
-        buffer (no copy): valid until the next decode, which rewrites it."""
+        """The last decode's logits at one batch position: a numpy view of llama.cpp's own buffer
+        (no copy) valid until the next decode, which rewrites it; a copy after a sliced decode."""
+        if self._copied is not None:
+            return self._copied[batch_index]
+        return self._logits_row(batch_index)
+
+    def _logits_row(self, batch_index: int) -> np.ndarray:
         row = C.llama_get_logits_ith(self.ctx, batch_index)
         if not row:
             raise DecodeError(f"no logits at batch position {batch_index}")

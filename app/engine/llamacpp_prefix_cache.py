@@ -28,6 +28,11 @@ message's own text (SmolLM2's default system prompt: most of a short chat prompt
 prefills it once at start (`pin`) and it is never evicted, so every request finds it warm: it
 says nothing about anyone's traffic, and a reply computed over it is the same whoever came before.
 
+Entries also say whether their cells are exact: computed only in graphs whose flash attention
+skips other sequences' cells exactly (llamacpp_native.py, `EXACT_ROWS`). A greedy prompt reuses only
+exact entries, so that a greedy reply stays the same whatever else ran beside the cells it reuses;
+a sampled prompt reuses any of its owner's.
+
 This module is bookkeeping only; the engine performs the native calls it asks for.
 """
 
@@ -56,6 +61,7 @@ class Entry:
     last_used: int = 0
     owner: str | None = None  # only this owner's prompts may reuse it ...
     shared: bool = False  # ... unless it is the pinned opening every prompt may reuse
+    exact: bool = True  # every cell computed by an exact graph (see the module docstring)
 
 
 @dataclass(slots=True)
@@ -82,8 +88,12 @@ class PrefixCache:
     def _own(self, owner: str | None) -> list[Entry]:
         return [e for e in self.entries if e.owner == owner and not e.shared]
 
-    def _usable(self, owner: str | None) -> list[Entry]:
-        return [e for e in self.entries if e.shared or e.owner == owner]
+    def _usable(self, owner: str | None, exact_only: bool) -> list[Entry]:
+        return [
+            e
+            for e in self.entries
+            if (e.shared or e.owner == owner) and (e.exact or not exact_only)
+        ]
 
     def pin(self, seq_id: int, tokens: list[int]) -> Entry:
         """Record the shared opening (the caller prefilled `tokens` into `seq_id`, an id of its own,
@@ -92,13 +102,16 @@ class PrefixCache:
         self.entries.append(entry)
         return entry
 
-    def lookup(self, prompt: list[int], owner: str | None = None) -> tuple[Entry | None, int]:
-        """The owner's entry sharing the longest prefix with `prompt`, and how many tokens to take.
+    def lookup(
+        self, prompt: list[int], owner: str | None = None, *, exact_only: bool = False
+    ) -> tuple[Entry | None, int]:
+        """The owner's entry sharing the longest prefix with `prompt` (an exact one if
+        `exact_only`), and how many tokens to take.
 
         At least the prompt's last token is left to prefill: its logits give the first reply token.
         """
         best, best_len = None, 0
-        for entry in self._usable(owner):
+        for entry in self._usable(owner, exact_only):
             n = common_prefix_len(entry.tokens, prompt)
             if n > best_len:
                 best, best_len = entry, n
@@ -110,16 +123,22 @@ class PrefixCache:
         self.reused_tokens += best_len
         return best, best_len
 
-    def plan_store(self, tokens: list[int], owner: str | None = None) -> StorePlan | None:
-        """Decide where `tokens` (a finished sequence's cells) should live, or None to drop them."""
+    def plan_store(
+        self, tokens: list[int], owner: str | None = None, *, exact: bool = True
+    ) -> StorePlan | None:
+        """Decide where `tokens` (a finished sequence's cells, `exact` or not) should live, or
+        None to drop them. Exact cells neither give way to inexact ones nor are replaced by them."""
         if not MIN_REUSE <= len(tokens) <= self.max_cells:
             return None
         own = self._own(owner)
         for entry in own:
-            if common_prefix_len(entry.tokens, tokens) == len(tokens):
+            if common_prefix_len(entry.tokens, tokens) == len(tokens) and entry.exact >= exact:
                 return None  # an entry already holds all of it
         for entry in own:  # an entry this one extends (the same chat, a turn later)
-            if common_prefix_len(entry.tokens, tokens) == len(entry.tokens):
+            if (
+                common_prefix_len(entry.tokens, tokens) == len(entry.tokens)
+                and exact >= entry.exact
+            ):
                 return StorePlan(entry.seq_id, entry)
         used = {e.seq_id for e in self.entries}
         free = [s for s in self.seq_ids if s not in used]
@@ -132,14 +151,14 @@ class PrefixCache:
         return StorePlan(victim.seq_id, victim)
 
     def commit_store(
-        self, plan: StorePlan, tokens: list[int], owner: str | None = None
+        self, plan: StorePlan, tokens: list[int], owner: str | None = None, *, exact: bool = True
     ) -> list[Entry]:
         """Record the stored entry; returns older entries evicted to respect `max_cells` (the
         caller drops their cells)."""
         if plan.replaces is not None:
             self.entries.remove(plan.replaces)
         self._clock += 1
-        new = Entry(plan.seq_id, tokens, self._clock, owner)
+        new = Entry(plan.seq_id, tokens, self._clock, owner, exact=exact)
         self.entries.append(new)
         evicted = []
         while self.cells > self.max_cells:
@@ -158,10 +177,12 @@ class PrefixCache:
         self.entries.remove(victim)
         return victim
 
-    def best_match(self, prompt: list[int], owner: str | None = None) -> Entry | None:
+    def best_match(
+        self, prompt: list[int], owner: str | None = None, *, exact_only: bool = False
+    ) -> Entry | None:
         """Like `lookup` without touching recency or counters (to protect it from eviction)."""
         best, best_len = None, MIN_REUSE - 1
-        for entry in self._usable(owner):
+        for entry in self._usable(owner, exact_only):
             n = common_prefix_len(entry.tokens, prompt)
             if n > best_len:
                 best, best_len = entry, n

@@ -72,6 +72,7 @@ class Sequence:
     cancel_requested: bool = False
     batch_index: int = -1  # where this step's logits for it are, -1 for none
     last_chunk: int = 0  # prompt tokens its previous chunk took (slow start, see `plan`)
+    exact: bool = True  # all its cells from exact graphs (llamacpp_prefix_cache, `Entry.exact`)
 
     @property
     def kv_reserve(self) -> int:
@@ -164,7 +165,7 @@ class Scheduler:
         while self.waiting and self._free_slots:
             head = self.waiting.peek()
             assert head is not None
-            keep = self.cache.best_match(head.prompt, head.owner)
+            keep = self.cache.best_match(head.prompt, head.owner, exact_only=head.params.greedy)
             while self._short(head) > 0:
                 victim = self.cache.evict_lru(keep) or self.cache.evict_lru()
                 if victim is None:

@@ -24,6 +24,7 @@ from app.engine.base import (
     TextDelta,
 )
 from app.engine.llamacpp import LlamaCppEngine
+from app.engine.llamacpp_native import EXACT_ROWS, exact_slices
 from app.engine.llamacpp_prefix_cache import PrefixCache, common_prefix_len
 from app.engine.llamacpp_scheduler import FIRST_CHUNK, Scheduler, Sequence
 from app.engine.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
@@ -643,10 +644,10 @@ async def test_a_failing_step_ends_every_stream_with_error_and_the_engine_recove
     real_decode = native.decode
     failures = iter([RuntimeError("injected failure")])
 
-    def flaky_decode() -> None:
+    def flaky_decode(max_rows: int | None = None) -> None:
         for exc in failures:
             raise exc
-        real_decode()
+        real_decode(max_rows)
 
     monkeypatch.setattr(native, "decode", flaky_decode)
     results = await asyncio.gather(*(run(engine, f"err-{i}", QUESTIONS[i]) for i in range(3)))
@@ -728,7 +729,7 @@ async def test_a_greedy_reply_does_not_change_with_other_users_traffic() -> None
     """The same greedy request on a fresh engine, then again after other owners' traffic (a cache
     hit on the owner's own first request), and from a new owner (cold): the same text each time.
 
-    Checked to fail without the engine's pad token (`llamacpp_native.needs_pad`): the warm
+    Checked to fail without the engine's pad token (`StepLoop._decode`): the warm
     request prefilled its last prompt token alone and then decoded alone, one-row graphs that
     ggml's flash attention splits across threads once the other users' cells make the KV window
     512+ cells wide; the split cut this sequence's cells in two places and the reply changed
@@ -772,6 +773,42 @@ async def test_only_a_lone_greedy_token_gets_the_pad(engine: LlamaCppEngine) -> 
         engine, "pad-greedy", QUESTIONS[1], SamplingParams(max_tokens=8, temperature=0)
     )
     assert engine.stats().extra["padded_steps"] - before >= fin.completion_tokens - 1
+
+
+def test_exact_slices_cover_the_batch_in_graphs_of_2_to_63_rows() -> None:
+    assert exact_slices(40, EXACT_ROWS) == [(0, 40)]
+    assert exact_slices(64, EXACT_ROWS) == [(0, 62), (62, 64)]  # never a lone row
+    assert exact_slices(127, EXACT_ROWS) == [(0, 63), (63, 125), (125, 127)]
+    for n in range(2, 700):
+        slices = exact_slices(n, EXACT_ROWS)
+        assert [a for a, _ in slices[1:]] == [b for _, b in slices[:-1]]
+        assert slices[0][0] == 0 and slices[-1][1] == n
+        assert all(2 <= b - a <= EXACT_ROWS for a, b in slices)
+
+
+@module_loop
+async def test_a_greedy_prompt_reuses_only_exact_cells(engine: LlamaCppEngine) -> None:
+    """A sampled step of 64+ rows goes in one 512-row graph (fast, and its rounding depends on its
+    neighbours), so the cells it leaves are inexact: the owner's next sampled prompt reuses them,
+    a greedy one reuses only the exact opening and prefills the rest in exact graphs. Fails if
+    greedy prompts reuse inexact cells, or if sampled steps are sliced (their cells then exact).
+    (`test_a_reused_prefix_gives_the_same_greedy_reply` checks that exact cells are reused.)"""
+    await wait_idle(engine)
+    long_prompt = chat("Here are my notes: " + " ".join(f"item {i} is blue;" for i in range(40)))
+    sampled = SamplingParams(max_tokens=4, temperature=0.8, seed=3)
+
+    async def reused_by(rid: str, params: SamplingParams) -> tuple[int, Finished]:
+        before = engine.stats().extra["prefix_reused_tokens"]
+        _, _, fin = await collect(engine.generate(rid, long_prompt, params, owner="dora"))
+        return int(engine.stats().extra["prefix_reused_tokens"] - before), fin
+
+    first, fin = await reused_by("exact-1", sampled)
+    opening = engine.stats().extra["prefix_shared_tokens"]
+    assert first == opening and fin.prompt_tokens - opening > EXACT_ROWS  # one big sampled step
+    again, _ = await reused_by("exact-2", sampled)
+    assert again == fin.prompt_tokens - 1
+    greedy, _ = await reused_by("exact-3", SamplingParams(max_tokens=4, temperature=0))
+    assert greedy == opening
 
 
 @module_loop
