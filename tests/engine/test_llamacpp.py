@@ -760,7 +760,7 @@ async def test_a_greedy_reply_does_not_change_with_other_users_traffic() -> None
 
 @module_loop
 async def test_only_a_lone_greedy_token_gets_the_pad(engine: LlamaCppEngine) -> None:
-    """The pad row (`StepLoop._decode_padded`) is what keeps a lone greedy reply exact, and it
+    """The pad row (`StepLoop._decode`) is what keeps a lone greedy reply exact, and it
     costs a lone stream about half its speed: a sampled reply alone decodes unpadded, a greedy
     one padded at every step. Fails if the pad is dropped for greedy or kept for sampled."""
     await wait_idle(engine)
