@@ -17,10 +17,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import asyncpg
 from sqlalchemy.engine import make_url
 
 from app.db.engine import normalize_database_url
+from app.db.listener import Listener
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +61,17 @@ class PostgresBroadcast:
 
     def __init__(self, database_url: str, channel: str) -> None:
         url = make_url(normalize_database_url(database_url)).set(drivername="postgresql")
-        self._dsn = url.render_as_string(hide_password=False)
         self.channel = channel
         self.origin = uuid.uuid4().hex  # this process, to skip its own messages
-        self._connection: Any = None
+        # LISTENs again after the connection is lost (a PostgreSQL restart): app/db/listener.py
+        self.listener = Listener(url.render_as_string(hide_password=False), channel, self._received)
         self._on_message: OnMessage | None = None
         self._outbox: asyncio.Queue[str] = asyncio.Queue(BACKLOG)
         self._sender: asyncio.Task[None] | None = None
 
     async def start(self, on_message: OnMessage) -> None:
         self._on_message = on_message
-        self._connection = await asyncpg.connect(self._dsn)
-        await self._connection.add_listener(self.channel, self._received)
+        await self.listener.start()
         self._sender = asyncio.create_task(self._send_loop(), name=f"broadcast-{self.channel}")
 
     def _received(self, _connection: Any, _pid: int, _channel: str, message: str) -> None:
@@ -94,7 +93,7 @@ class PostgresBroadcast:
             message = await self._outbox.get()
             try:
                 # The listening connection sends too: this one task is its only other user.
-                await self._connection.execute("SELECT pg_notify($1, $2)", self.channel, message)
+                await self.listener.execute("SELECT pg_notify($1, $2)", self.channel, message)
             except Exception:
                 log.exception("broadcast %s: a message could not be sent", self.channel)
 
@@ -103,10 +102,7 @@ class PostgresBroadcast:
             self._sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sender
-        if self._connection is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._connection.close(), 5)
-            self._connection = None
+        await self.listener.stop()
 
 
 def broadcast_for(database_url: str, channel: str) -> Broadcast:

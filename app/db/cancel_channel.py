@@ -10,17 +10,15 @@ process: nothing to relay.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import asyncpg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from app.db.engine import normalize_database_url
+from app.db.listener import Listener
 from app.db.session import Sessions, transaction
 
 log = logging.getLogger(__name__)
@@ -62,15 +60,14 @@ class PostgresCancelChannel:
 
     def __init__(self, database_url: str, sessions: Sessions) -> None:
         url = make_url(normalize_database_url(database_url)).set(drivername="postgresql")
-        self._dsn = url.render_as_string(hide_password=False)
         self._sessions = sessions
-        self._connection: Any = None
         self._on_cancel: OnCancel | None = None
+        # LISTENs again after the connection is lost (a PostgreSQL restart): app/db/listener.py
+        self.listener = Listener(url.render_as_string(hide_password=False), CHANNEL, self._received)
 
     async def start(self, on_cancel: OnCancel) -> None:
         self._on_cancel = on_cancel
-        self._connection = await asyncpg.connect(self._dsn)
-        await self._connection.add_listener(CHANNEL, self._received)
+        await self.listener.start()
 
     def _received(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
         message_id, _, action = payload.partition(" ")
@@ -85,10 +82,7 @@ class PostgresCancelChannel:
             )
 
     async def stop(self) -> None:
-        if self._connection is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._connection.close(), 5)
-            self._connection = None
+        await self.listener.stop()
 
 
 def cancel_channel_for(database_url: str, sessions: Sessions) -> CancelChannel:
