@@ -62,10 +62,14 @@ def long_prompt(engine: LlamaCppEngine, tokens: int) -> list[dict[str, str]]:
 
 
 async def trial(
-    stretch: float, prompt_tokens: int, threads: int, warm_tokens: int
+    stretch: float, prompt_tokens: int, threads: int, warm_tokens: int, floor_ms: float
 ) -> dict[str, float]:
     settings = EngineSettings(
-        threads=threads, step_stretch=stretch, max_seqs=16, max_step_tokens=4096
+        threads=threads,
+        step_stretch=stretch,
+        step_floor_ms=floor_ms,
+        max_seqs=16,
+        max_step_tokens=4096,
     )
     engine = LlamaCppEngine(settings)
     await engine.start()
@@ -142,12 +146,13 @@ async def main() -> None:
     parser.add_argument("--threads", type=int, default=EngineSettings.threads)
     parser.add_argument("--warm-tokens", type=int, default=10)
     parser.add_argument("--reps", type=int, default=2, help="trials per stretch (medians shown)")
+    parser.add_argument("--floor-ms", type=float, default=EngineSettings.step_floor_ms)
     args = parser.parse_args()
     stretches = [OFF if s == "off" else float(s) for s in args.stretches.split(",")]
 
     print(
         f"8 streams decoding, then a ~{args.prompt_tokens}-token prompt; {args.threads} threads; "
-        f"default stretch {default} (floor {EngineSettings.step_floor_ms:.0f} ms); "
+        f"default stretch {default} (floor {args.floor_ms:.0f} ms); "
         f"<=3x: window max within 3x the steady median gap"
     )
     header = (
@@ -162,7 +167,9 @@ async def main() -> None:
     results: dict[float, list[dict[str, float]]] = {s: [] for s in stretches}
     for rep in range(args.reps):
         for stretch in stretches:
-            r = await trial(stretch, args.prompt_tokens, args.threads, args.warm_tokens)
+            r = await trial(
+                stretch, args.prompt_tokens, args.threads, args.warm_tokens, args.floor_ms
+            )
             results[stretch].append(r)
             print(row(f"{name(stretch)} (run {rep + 1})", r), flush=True)
     print("\nmedians over runs:\n" + header)
