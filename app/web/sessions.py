@@ -10,11 +10,16 @@ before log-in (session fixation) would then name the victim's logged-in session.
 - `rotate()` (called at log-in and sign-up) drops the old session and saves the data under a
   fresh random id, so an id known before log-in is worth nothing after it;
 - an empty session is not stored at all, so anonymous requests leave nothing in the store and
-  get no session cookie.
+  get no session cookie;
+- a session that a request left as it found it is not written again (Litestar writes it, and
+  sets its cookie, on every response), unless a tenth of its lifetime has passed since it was last
+  written: each write stamps it (`RENEWED`), and that write is what keeps an active user's
+  session and cookie from expiring.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +35,13 @@ from litestar.utils.dataclass import extract_dataclass_items
 from app.domain.accounts.login import ROTATE  # set by `rotate()` at log-in
 
 LOADED_ID = "streamchat.session_loaded_id"  # scope key: the id the session was loaded under
+LOADED_DATA = "streamchat.session_loaded_data"  # scope key: the session as it was loaded
+RENEWED = "_renewed"  # in the session: when it was last written (Unix seconds)
+RENEW_FRACTION = 10  # an unchanged session is written again after max_age / this
+
+
+def _content(session: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in session.items() if k != RENEWED}
 
 
 class RotatingSessionBackend(ServerSideSessionBackend):
@@ -40,7 +52,9 @@ class RotatingSessionBackend(ServerSideSessionBackend):
             data = await self.get(session_id, store=store)
             if data is not None:
                 connection.scope[LOADED_ID] = session_id  # type: ignore[literal-required]
-                return self.deserialize_data(data)
+                session = self.deserialize_data(data)
+                connection.scope[LOADED_DATA] = dict(session)  # type: ignore[literal-required]
+                return session
         return {}
 
     def get_session_id(self, connection: ASGIConnection) -> str:
@@ -58,7 +72,7 @@ class RotatingSessionBackend(ServerSideSessionBackend):
         cookie_params = dict(
             extract_dataclass_items(self.config, exclude_none=True, include=Cookie.__dict__.keys())
         )
-        if scope_session is Empty or not scope_session:
+        if scope_session is Empty or not _content(dict(scope_session)):
             if loaded_id is not None:  # logged out (or emptied): forget it, expire the cookie
                 await self.delete(loaded_id, store=store)
                 headers.add(
@@ -72,13 +86,25 @@ class RotatingSessionBackend(ServerSideSessionBackend):
         session_id = connection.get_session_id() or loaded_id
         if scope.get(ROTATE) or session_id is None:
             session_id = self.generate_session_id()
+        now = time.time()
+        if session_id == loaded_id and self._unchanged_and_fresh(scope, scope_session, now):
+            return  # the store and the browser already hold it
         if loaded_id is not None and loaded_id != session_id:
             await self.delete(loaded_id, store=store)
-        await self.set(session_id, self.serialize_data(scope_session, scope), store=store)
+        data = {**_content(dict(scope_session)), RENEWED: int(now)}
+        await self.set(session_id, self.serialize_data(data, scope), store=store)
         headers.add(
             "Set-Cookie",
             Cookie(value=session_id, key=self.config.key, **cookie_params).to_header(header=""),
         )
+
+    def _unchanged_and_fresh(self, scope: Any, session: Any, now: float) -> bool:
+        loaded: dict[str, Any] | None = scope.get(LOADED_DATA)
+        if loaded is None or _content(dict(session)) != _content(loaded):
+            return False
+        renewed = loaded.get(RENEWED)
+        max_age = self.config.max_age
+        return isinstance(renewed, int | float) and now - renewed < max_age / RENEW_FRACTION
 
 
 @dataclass
