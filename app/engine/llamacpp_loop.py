@@ -1,6 +1,6 @@
 """The llama.cpp engine's loop thread: it steps every running sequence, one batch at a time.
 
-Shape of the loop (one iteration = one step = one `llama_decode`):
+Shape of the loop (one iteration = one step = one `llama_decode`, or a few for an exact step):
 
     take new requests and aborts   (queues the event loop fills; never a lock held across a step)
     admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
