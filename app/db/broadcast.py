@@ -60,11 +60,10 @@ class PostgresBroadcast:
     relays = True
 
     def __init__(self, database_url: str, channel: str) -> None:
-        url = make_url(normalize_database_url(database_url)).set(drivername="postgresql")
         self.channel = channel
         self.origin = uuid.uuid4().hex  # this process, to skip its own messages
         # LISTENs again after the connection is lost (a PostgreSQL restart): app/db/listener.py
-        self.listener = Listener(url.render_as_string(hide_password=False), channel, self._received)
+        self.listener = Listener(database_url, channel, self._received)
         self._on_message: OnMessage | None = None
         self._outbox: asyncio.Queue[str] = asyncio.Queue(BACKLOG)
         self._sender: asyncio.Task[None] | None = None

@@ -59,11 +59,10 @@ class PostgresCancelChannel:
     relays = True
 
     def __init__(self, database_url: str, sessions: Sessions) -> None:
-        url = make_url(normalize_database_url(database_url)).set(drivername="postgresql")
         self._sessions = sessions
         self._on_cancel: OnCancel | None = None
         # LISTENs again after the connection is lost (a PostgreSQL restart): app/db/listener.py
-        self.listener = Listener(url.render_as_string(hide_password=False), CHANNEL, self._received)
+        self.listener = Listener(database_url, CHANNEL, self._received)
 
     async def start(self, on_cancel: OnCancel) -> None:
         self._on_cancel = on_cancel

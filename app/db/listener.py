@@ -20,6 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 import asyncpg
+from sqlalchemy.engine import make_url
+
+from app.db.engine import normalize_database_url
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +33,9 @@ OnNotify = Callable[[Any, int, str, str], None]  # asyncpg's (connection, pid, c
 
 
 class Listener:
-    def __init__(self, dsn: str, channel: str, on_notify: OnNotify) -> None:
-        self._dsn = dsn
+    def __init__(self, database_url: str, channel: str, on_notify: OnNotify) -> None:
+        url = make_url(normalize_database_url(database_url)).set(drivername="postgresql")
+        self._dsn = url.render_as_string(hide_password=False)  # asyncpg's own form
         self.channel = channel
         self._on_notify = on_notify
         self.connection: Any = None  # None while reconnecting

@@ -72,7 +72,8 @@ class RotatingSessionBackend(ServerSideSessionBackend):
         cookie_params = dict(
             extract_dataclass_items(self.config, exclude_none=True, include=Cookie.__dict__.keys())
         )
-        if scope_session is Empty or not _content(dict(scope_session)):
+        content = {} if scope_session is Empty else _content(dict(scope_session))
+        if not content:
             if loaded_id is not None:  # logged out (or emptied): forget it, expire the cookie
                 await self.delete(loaded_id, store=store)
                 headers.add(
@@ -87,20 +88,20 @@ class RotatingSessionBackend(ServerSideSessionBackend):
         if scope.get(ROTATE) or session_id is None:
             session_id = self.generate_session_id()
         now = time.time()
-        if session_id == loaded_id and self._unchanged_and_fresh(scope, scope_session, now):
+        if session_id == loaded_id and self._unchanged_and_fresh(scope, content, now):
             return  # the store and the browser already hold it
         if loaded_id is not None and loaded_id != session_id:
             await self.delete(loaded_id, store=store)
-        data = {**_content(dict(scope_session)), RENEWED: int(now)}
+        data = {**content, RENEWED: int(now)}
         await self.set(session_id, self.serialize_data(data, scope), store=store)
         headers.add(
             "Set-Cookie",
             Cookie(value=session_id, key=self.config.key, **cookie_params).to_header(header=""),
         )
 
-    def _unchanged_and_fresh(self, scope: Any, session: Any, now: float) -> bool:
+    def _unchanged_and_fresh(self, scope: Any, content: dict[str, Any], now: float) -> bool:
         loaded: dict[str, Any] | None = scope.get(LOADED_DATA)
-        if loaded is None or _content(dict(session)) != _content(loaded):
+        if loaded is None or content != _content(loaded):
             return False
         renewed = loaded.get(RENEWED)
         max_age = self.config.max_age
