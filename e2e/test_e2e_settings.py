@@ -50,6 +50,9 @@ def test_settings_panel_is_kept_used_and_shown_to_the_admin(
 
     chat.reload()
     assert chat.conversation_id() == conversation_id
+    # The page opens the conversation in the URL after it is ready: until its messages show, the
+    # panel would (rightly) offer the user's defaults for a new conversation. It raced once in CI.
+    expect(chat.assistant_messages()).to_have_count(1)
     page.get_by_test_id("open-settings").click()
     expect(page.get_by_label("System prompt")).to_have_value(SYSTEM)
     expect(page.get_by_label("Temperature")).to_have_value("0")
