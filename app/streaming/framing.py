@@ -37,8 +37,14 @@ def page_event(event: StreamEvent, message_id: str) -> tuple[str, int, dict[str,
 
 
 def page_sse(event: StreamEvent, message_id: str) -> bytes:
+    if type(event) is Delta:  # the per-token case: the same bytes as below, without the dict
+        return b'event: delta\nid: %d\ndata: {"message_id":%s,"text":%s}\n\n' % (
+            event.id,
+            _encode(message_id),
+            _encode(event.text),
+        )
     name, event_id, payload = page_event(event, message_id)
-    return f"event: {name}\nid: {event_id}\ndata: {_json(payload)}\n\n".encode()
+    return b"event: %s\nid: %d\ndata: %s\n\n" % (name.encode(), event_id, _encode(payload))
 
 
 def page_ws(event: StreamEvent, message_id: str) -> dict[str, Any]:
@@ -66,6 +72,11 @@ class OpenAIChunks:
         self.model = model
         self.include_usage = include_usage
         self.created = int(time.time())
+        # A delta chunk is these bytes around its JSON-encoded text: what `_chunk` would build.
+        head, tail = self._chunk(
+            [{"index": 0, "delta": {"content": "\0"}, "finish_reason": None}]
+        ).rsplit(b'"\\u0000"', 1)
+        self._delta_head, self._delta_tail = head, tail
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         body = {
@@ -85,10 +96,8 @@ class OpenAIChunks:
             return self._chunk(
                 [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
             )
-        if isinstance(event, Delta):
-            return self._chunk(
-                [{"index": 0, "delta": {"content": event.text}, "finish_reason": None}]
-            )
+        if type(event) is Delta:  # per token: no dict to build, one string to encode
+            return self._delta_head + _encode(event.text) + self._delta_tail
         return self._final(event)
 
     def _final(self, final: Final) -> bytes:

@@ -18,6 +18,7 @@ from app.domain.chat import conversations, reply_rows
 from app.domain.chat.models import Conversation, Message, MessageRole
 from app.domain.chat.recorder import DatabaseRecorder
 from app.streaming.events import Status
+from app.streaming.manager import Progress
 from tests.db.chat_rows import Sessions, finish_reply, flush, message_count, outcome, reload
 
 FINAL_STATUSES = [status for status in Status if status.is_final]
@@ -366,13 +367,15 @@ async def test_progress_updates_batch_in_one_transaction(
     _, finished = await reply_rows.add_turn(db_sessions, conversation.id, "b", "m")
     await finish_reply(db_sessions, finished.id, "completed", text="final")
 
-    async with transaction(db_sessions) as session:
-        results = [
-            await session.execute(reply_rows.progress_update(running.id, "partial", 3)),
-            await session.execute(reply_rows.progress_update(finished.id, "stale", 9)),
-        ]
-    assert [result.rowcount for result in results] == [1, 0]
-    assert (await reload(db_sessions, running.id)).content == "partial"
+    await DatabaseRecorder(db_sessions).save_progress(
+        [Progress(str(running.id), "partial", 3), Progress(str(finished.id), "stale", 9)]
+    )
+    flushed = await reload(db_sessions, running.id)
+    assert (flushed.content, flushed.completion_tokens, flushed.status) == (
+        "partial",
+        3,
+        Status.STREAMING,
+    )
     assert (await reload(db_sessions, finished.id)).content == "final"
 
 

@@ -6,10 +6,14 @@ In process, with the synthetic engine and the in-memory recorder (tests/streamin
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator
 
-from app.streaming.events import CancelCause, Delta, Final, Start, Status
+from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
+from app.streaming.events import CancelCause, Delta, Final, Start, Status, StreamEvent
+from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
-from app.streaming.subscriber import follow_live
+from app.streaming.subscriber import Subscriber, follow_live
 from tests.streaming.core import ended, read_all, split, start_reply
 
 
@@ -117,3 +121,60 @@ async def test_follow_live_subscribes_when_first_read_and_lets_go_however_it_end
     outcome = await ended(generation)  # no grace: aborted at once
     assert generation.cancel_cause is CancelCause.DISCONNECT
     assert outcome.status is Status.DISCONNECTED
+
+
+async def test_a_heartbeat_comes_only_after_keepalive_s_of_silence_and_its_timer_ends_with_it() -> (
+    None
+):
+    """The keepalive is one timer per subscriber, re-armed when it fires (not a timeout armed per
+    wait): tokens closer together than `keepalive_s` get no heartbeat between them, a silence gets
+    one about every `keepalive_s`, and when the stream ends its timer is gone from the loop."""
+    keepalive_s = 0.1
+    feed: asyncio.Queue[EngineEvent | None] = asyncio.Queue()
+
+    async def engine_events() -> AsyncIterator[EngineEvent]:
+        while (event := await feed.get()) is not None:
+            yield event
+
+    generation = Generation(
+        message_id="m",
+        request_id="m",
+        conversation_id="c",
+        user_id="u",
+        user_message_id=None,
+        source="page",
+        model="test",
+        grace_s=0.0,
+    )
+    pump = asyncio.create_task(generation.pump(engine_events(), abort=lambda: None))
+    subscriber = Subscriber(generation, transport="sse")
+    received: list[tuple[float, StreamEvent | None]] = []
+
+    async def read() -> None:
+        async for event in subscriber.events(keepalive_s):
+            received.append((time.monotonic(), event))
+
+    reader = asyncio.create_task(read())
+    started = time.monotonic()
+    for _ in range(12):  # tokens every 30 ms for 0.36 s: more than 3 keepalive periods
+        feed.put_nowait(TextDelta(text="x", token_ids=(1,)))
+        await asyncio.sleep(0.03)
+    streaming_ended = time.monotonic()
+    await asyncio.sleep(0.35)  # silence
+    silence_ended = time.monotonic()
+    now = time.time()
+    feed.put_nowait(Finished(FinishReason.STOP, 1, 12, now, now, now))
+    await pump
+    generation.finish()
+    await asyncio.wait_for(reader, 5)
+
+    beats_while_streaming = [t for t, e in received if e is None and t < streaming_ended]
+    beats_in_silence = [t for t, e in received if e is None and t >= streaming_ended]
+    assert "".join(e.text for _, e in received if isinstance(e, Delta)) == "x" * 12
+    assert beats_while_streaming == [], "a heartbeat between tokens 30 ms apart"
+    assert 2 <= len(beats_in_silence) <= 4, f"{len(beats_in_silence)} heartbeats in 0.35 s"
+    assert all(t <= silence_ended + 0.05 for t in beats_in_silence)
+    assert streaming_ended - started > 3 * keepalive_s
+    assert isinstance(received[-1][1], Final)
+    timer = subscriber._keepalive
+    assert timer is not None and timer.cancelled(), "the keepalive timer outlived its stream"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from app.db.session import Sessions, transaction
-from app.domain.chat.reply_rows import final_update, progress_update
+from app.domain.chat.reply_rows import PROGRESS_UPDATE, final_update, progress_params
 from app.streaming.generation import Outcome
 from app.streaming.manager import Progress
 
@@ -17,11 +17,14 @@ class DatabaseRecorder:
 
     async def save_progress(self, progress: Sequence[Progress]) -> None:
         """Every running reply's partial text, in ONE transaction (one fsync, one write lock)."""
+        if not progress:
+            return
+        params = [
+            progress_params(UUID(item.message_id), item.text, item.completion_tokens)
+            for item in sorted(progress, key=lambda p: p.message_id)  # lock order: see below
+        ]
         async with transaction(self.sessions) as session:
-            for item in sorted(progress, key=lambda p: p.message_id):  # lock order: see below
-                await session.execute(
-                    progress_update(UUID(item.message_id), item.text, item.completion_tokens)
-                )
+            await session.execute(PROGRESS_UPDATE, params)
 
     async def save_finals(self, outcomes: Sequence[Outcome]) -> None:
         """Several replies' ends in ONE transaction, each its `Outcome` as it is: all saved, or

@@ -2,7 +2,7 @@
 
 `add_turn` stores the user's message and an empty assistant message in state `streaming`,
 atomically; the recorder (app/domain/chat/recorder.py) flushes the partial text with
-`progress_update` and writes the end with `final_update`. Final states are never overwritten (the
+`PROGRESS_UPDATE` and writes the end with `final_update`. Final states are never overwritten (the
 updates are conditional on `status = 'streaming'`), so a late or duplicate finish, or a flush
 racing the finish, cannot corrupt a reply. At startup, `mark_interrupted_at_startup` closes what a
 dead server left streaming. Regenerate and edit add versions next to the old ones
@@ -24,7 +24,7 @@ from math import isfinite
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
@@ -118,11 +118,21 @@ def _update_streaming(message_id: UUID) -> Any:
     )
 
 
-def progress_update(message_id: UUID, content: str, completion_tokens: int) -> Any:
-    """The UPDATE that flushes a streaming reply's text so far (a no-op once it is final)."""
-    return _update_streaming(message_id).values(
-        content=content, completion_tokens=completion_tokens
+# The UPDATE that flushes streaming replies' text so far (a no-op for one that is final), run
+# once with a parameter set per reply (`progress_params`): one executemany, not a statement each.
+PROGRESS_UPDATE = (
+    update(Message.__table__)
+    .where(
+        Message.__table__.c.id == bindparam("reply_id"),
+        Message.__table__.c.status == Status.STREAMING,
     )
+    .values(content=bindparam("text_so_far"), completion_tokens=bindparam("tokens_so_far"))
+)
+
+
+def progress_params(message_id: UUID, content: str, completion_tokens: int) -> dict[str, Any]:
+    """One reply's parameters for `PROGRESS_UPDATE`."""
+    return {"reply_id": message_id, "text_so_far": content, "tokens_so_far": completion_tokens}
 
 
 def final_update(outcome: Outcome) -> Any:
