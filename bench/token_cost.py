@@ -45,20 +45,19 @@ def loop_cpu_s(pid: int) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
-def serve(tree: Path, folder: Path, most: int, tokens: int, step_ms: float) -> so.Server:
+def serve(
+    tree: Path, folder: Path, most: int, tokens: int, step_ms: float, engine: str = "synthetic"
+) -> so.Server:
     folder.mkdir(parents=True, exist_ok=True)
-    server = so.Server(
-        {
-            "ENGINE": "synthetic",
-            "DATABASE_URL": so.sqlite_url(folder),
-            "DATA_DIR": str(folder),
+    env = {"ENGINE": engine, "DATABASE_URL": so.sqlite_url(folder), "DATA_DIR": str(folder)}
+    if engine == "synthetic":
+        env |= {
             "ENGINE_MAX_SEQS": str(most),
             "ENGINE_KV_CELLS": str(most * (tokens + 256) + 4096),
             "SYNTHETIC_STEP_MS": str(step_ms),
             "SYNTHETIC_PER_SEQ_MS": "0",
-        },
-        folder / "server.log",
-    )
+        }
+    server = so.Server(env, folder / "server.log")
     server.cwd = tree
     return server.start()
 
@@ -66,8 +65,10 @@ def serve(tree: Path, folder: Path, most: int, tokens: int, step_ms: float) -> s
 class Target:
     """One server, its logged-in client, and conversations to send into."""
 
-    def __init__(self, label: str, server: so.Server) -> None:
+    def __init__(self, label: str, server: so.Server, engine: str = "synthetic") -> None:
         self.label, self.server = label, server
+        # SmolLM2 (ENGINE=llamacpp) is asked for long stories: its replies end when it decides
+        self.content = so.synthetic_content if engine == "synthetic" else lambda _: so.llama_content
         self.client = so.new_client(server.url)
         self.key = self.model = ""
         self.conversations: list[str] = []
@@ -80,7 +81,7 @@ class Target:
     def request(
         self, transport: str, i: int, tokens: int
     ) -> tuple[str, dict[str, Any], dict[str, str]]:
-        content = so.synthetic_content(tokens)(i)
+        content = self.content(tokens)(i)
         if transport == "sse":
             return (
                 f"/api/conversations/{self.conversations[i]}/messages",
@@ -183,6 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--step-ms", type=float, default=20.0, help="the synthetic engine's step")
     p.add_argument("--transports", default="sse,openai")
+    p.add_argument(
+        "--engine",
+        default="synthetic",
+        help="llamacpp: SmolLM2 on the CPU, the loop's cost beside the compute threads",
+    )
     p.add_argument("--baseline-rev", default="HEAD")
     args = p.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
@@ -191,14 +197,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(tmp)
         base_tree = export_tree(args.baseline_rev, work / "baseline-tree")
         servers = {
-            "this tree": serve(so.ROOT, work / "this", max(levels), args.tokens, args.step_ms),
+            "this tree": serve(
+                so.ROOT, work / "this", max(levels), args.tokens, args.step_ms, args.engine
+            ),
             args.baseline_rev: serve(
-                base_tree, work / "baseline", max(levels), args.tokens, args.step_ms
+                base_tree, work / "baseline", max(levels), args.tokens, args.step_ms, args.engine
             ),
         }
-        targets = [Target(label, server) for label, server in servers.items()]
+        targets = [Target(label, server, args.engine) for label, server in servers.items()]
         print(
-            f"2 servers (synthetic engine, {args.step_ms} ms steps), {args.tokens}-token "
+            f"2 servers ({args.engine} engine, {args.step_ms} ms steps), {args.tokens}-token "
             f"replies, {args.rounds} rounds; client loop: {so.loop_name()}"
         )
         try:
