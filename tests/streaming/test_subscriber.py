@@ -6,6 +6,7 @@ In process, with the synthetic engine and the in-memory recorder (tests/streamin
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator
 
@@ -127,8 +128,9 @@ async def test_a_heartbeat_comes_only_after_keepalive_s_of_silence_and_its_timer
     None
 ):
     """The keepalive is one timer per subscriber, re-armed when it fires (not a timeout armed per
-    wait): tokens closer together than `keepalive_s` get no heartbeat between them, a silence gets
-    one about every `keepalive_s`, and when the stream ends its timer is gone from the loop."""
+    wait): every heartbeat follows `keepalive_s` of silence (so none comes between tokens 30 ms
+    apart), a silence gets one about every `keepalive_s`, and when the stream ends its timer is
+    gone from the loop. (A loaded machine only stretches the gaps, which the checks allow.)"""
     keepalive_s = 0.1
     feed: asyncio.Queue[EngineEvent | None] = asyncio.Queue()
 
@@ -155,26 +157,23 @@ async def test_a_heartbeat_comes_only_after_keepalive_s_of_silence_and_its_timer
             received.append((time.monotonic(), event))
 
     reader = asyncio.create_task(read())
-    started = time.monotonic()
     for _ in range(12):  # tokens every 30 ms for 0.36 s: more than 3 keepalive periods
         feed.put_nowait(TextDelta(text="x", token_ids=(1,)))
         await asyncio.sleep(0.03)
     streaming_ended = time.monotonic()
-    await asyncio.sleep(0.35)  # silence
-    silence_ended = time.monotonic()
+    await asyncio.sleep(0.45)  # silence
     now = time.time()
     feed.put_nowait(Finished(FinishReason.STOP, 1, 12, now, now, now))
     await pump
     generation.finish()
     await asyncio.wait_for(reader, 5)
 
-    beats_while_streaming = [t for t, e in received if e is None and t < streaming_ended]
-    beats_in_silence = [t for t, e in received if e is None and t >= streaming_ended]
     assert "".join(e.text for _, e in received if isinstance(e, Delta)) == "x" * 12
-    assert beats_while_streaming == [], "a heartbeat between tokens 30 ms apart"
-    assert 2 <= len(beats_in_silence) <= 4, f"{len(beats_in_silence)} heartbeats in 0.35 s"
-    assert all(t <= silence_ended + 0.05 for t in beats_in_silence)
-    assert streaming_ended - started > 3 * keepalive_s
-    assert isinstance(received[-1][1], Final)
+    assert isinstance(received[0][1], Start) and isinstance(received[-1][1], Final)
+    silences = [t - t0 for (t0, _), (t, e) in itertools.pairwise(received) if e is None]
+    assert silences, "no heartbeat in 0.45 s of silence"
+    assert min(silences) >= 0.9 * keepalive_s, f"a heartbeat after {min(silences):.3f} s"
+    beats_in_silence = [t for t, e in received if e is None and t >= streaming_ended]
+    assert len(beats_in_silence) >= 2, f"{len(beats_in_silence)} heartbeats in 0.45 s"
     timer = subscriber._keepalive
     assert timer is not None and timer.cancelled(), "the keepalive timer outlived its stream"
