@@ -34,6 +34,12 @@ def hold_cancels_sse(page) -> list[Route]:  # type: ignore[no-untyped-def]
     return held
 
 
+# The reply must outlast Stop's 5 s grace (static/js/stream.js, stopGraceMs) and the retry after it:
+# 400 tokens took ~5 s on a fast box and once ended (length) before the retry's Stop arrived.
+# Greedy SmolLM2 runs to the limit on STORY; the test stops it, so its length costs nothing.
+LONGER_THAN_THE_STOP_GRACE = 1500
+
+
 def longer_and_drop_cancels_ws(page, dropping: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
     """The WebSocket: sends ask for long greedy replies; cancel frames vanish while
     `dropping["on"]` (the server never hears them)."""
@@ -46,7 +52,7 @@ def longer_and_drop_cancels_ws(page, dropping: dict[str, bool]) -> None:  # type
             if frame.get("type") == "cancel" and dropping["on"]:
                 return
             if frame.get("type") == "send":
-                frame.update({"max_tokens": 400, "temperature": 0})
+                frame.update({"max_tokens": LONGER_THAN_THE_STOP_GRACE, "temperature": 0})
             server.send(json.dumps(frame))
 
         route.on_message(to_server)
@@ -63,7 +69,7 @@ def test_a_stop_that_does_not_reach_the_server_says_so_and_can_be_retried(
     dropping = {"on": True}
     held: list[Route] = []
     if transport == "sse":
-        ask_for_longer_replies(page, 400)
+        ask_for_longer_replies(page, LONGER_THAN_THE_STOP_GRACE)
         held = hold_cancels_sse(page)
     else:
         longer_and_drop_cancels_ws(page, dropping)
