@@ -1,13 +1,14 @@
 """What one streamed token costs the server's event loop, against an older revision in the same run.
 
     python bench/token_cost.py [--levels 8,32] [--tokens 400] [--rounds 3] [--step-ms 20]
-        [--transports sse,openai] [--baseline-rev REV]
+        [--transports sse,openai] [--engine synthetic|llamacpp] [--baseline-rev REV]
 
 On a CPU every microsecond the event loop spends per token is taken from the engine's compute
-threads (issue 12: at 8 streams ~0.3 ms a token, several percent of a decode step). This measures
-that cost alone, with the synthetic engine (no maths: its step is a sleep), so nothing but the
-serving path runs: the engine's hand-off, the pump, the subscriber, the framing, Litestar's
-response and uvicorn's write.
+threads (issue 12). This measures that cost alone, by default with the synthetic engine (no
+maths: its step is a sleep), so nothing but the serving path runs: the engine's hand-off, the
+pump, the subscriber, the framing, Litestar's response and uvicorn's write. `--engine llamacpp`
+measures the same beside SmolLM2's two compute threads (asked for long stories; `--tokens` is
+then their max_tokens and `--step-ms` means nothing), where every microsecond costs more.
 
 Two servers (this tree and `--baseline-rev`, exported with `git archive`), each with its own
 SQLite database, take turns over `--rounds` rounds. In each round, for each transport (the page's
