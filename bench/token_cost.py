@@ -131,6 +131,8 @@ class Target:
 
         await asyncio.gather(*(one(i) for i in range(n)))
         await asyncio.sleep(0.2)  # the ends' saves
+        if window["at"] is None or window["at"][2] > window["to"][2]:
+            raise RuntimeError("a stream ended before every stream had its first token")
         (cpu0, events0, t0), (cpu1, events1, t1) = window["at"], window["to"]
         return cpu1 - cpu0, events1 - events0, t1 - t0
 
@@ -143,39 +145,29 @@ async def measure(
     transports: Sequence[str],
 ) -> dict[tuple[str, str, int], list[float]]:
     """(label, transport, level) -> the loop's µs per token, one per round."""
+    out: dict[tuple[str, str, int], list[float]] = {}
     try:
-        return await _measure(targets, levels, tokens, rounds, transports)
+        for t in targets:
+            await t.open()
+            for transport in transports:  # warm: imports, caches, the first connections
+                await t.burst(transport, 4, 20)
+        for r in range(rounds):
+            for transport in transports:
+                for n in levels:
+                    for t in targets if r % 2 == 0 else list(reversed(targets)):
+                        cpu_s, events, window_s = await t.burst(transport, n, tokens)
+                        per_token_us = cpu_s / max(1, events) * 1e6
+                        out.setdefault((t.label, transport, n), []).append(per_token_us)
+                        print(
+                            f"  round {r + 1} {t.label:>9} {transport:>6} x{n:<3} "
+                            f"{per_token_us:7.1f} µs/token  ({events} events in {window_s:.2f} s, "
+                            f"loop busy {cpu_s / window_s:.0%})",
+                            flush=True,
+                        )
+        return out
     finally:
         for t in targets:
             await t.client.aclose()
-
-
-async def _measure(
-    targets: Sequence[Target],
-    levels: Sequence[int],
-    tokens: int,
-    rounds: int,
-    transports: Sequence[str],
-) -> dict[tuple[str, str, int], list[float]]:
-    out: dict[tuple[str, str, int], list[float]] = {}
-    for t in targets:
-        await t.open()
-        for transport in transports:  # warm: imports, caches, the first connections
-            await t.burst(transport, 4, 20)
-    for r in range(rounds):
-        for transport in transports:
-            for n in levels:
-                for t in targets if r % 2 == 0 else list(reversed(targets)):
-                    cpu_s, events, window_s = await t.burst(transport, n, tokens)
-                    per_token_us = cpu_s / max(1, events) * 1e6
-                    out.setdefault((t.label, transport, n), []).append(per_token_us)
-                    print(
-                        f"  round {r + 1} {t.label:>9} {transport:>6} x{n:<3} "
-                        f"{per_token_us:7.1f} µs/token  ({events} events in {window_s:.2f} s, "
-                        f"loop busy {cpu_s / window_s:.0%})",
-                        flush=True,
-                    )
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
