@@ -70,12 +70,13 @@ class Subscriber:
         arming and cancelling a timer for every token was ~8% of the event loop's work per token.
         """
         yield self.generation.start_event(self.cursor)
+        loop = asyncio.get_running_loop()
         self._keepalive_s = keepalive_s
-        self._keepalive = asyncio.get_running_loop().call_later(keepalive_s, self._keepalive_due)
+        self._keepalive = loop.call_later(keepalive_s, self._keepalive_due)
         try:
             while not self._final_sent:
                 if not (self._idle or self._killed is not None or self.pending):
-                    self._waiter = asyncio.get_running_loop().create_future()
+                    self._waiter = loop.create_future()
                     self._taking = True
                     try:
                         await self._waiter
