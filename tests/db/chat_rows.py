@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.session import transaction
 from app.domain.chat.models import Message
 from app.domain.chat.recorder import DatabaseRecorder
-from app.domain.chat.reply_rows import final_update
+from app.domain.chat.reply_rows import FINAL_UPDATE, final_params
 from app.streaming.events import Status
 from app.streaming.generation import Outcome
 from app.streaming.manager import Progress
@@ -48,7 +48,9 @@ async def finish_reply(
     """Write a reply's end (`outcome`'s fields) with the recorder's UPDATE; True if this call
     wrote it, False if the reply had already ended (or is not a reply)."""
     async with transaction(sessions) as session:
-        result = await session.execute(final_update(outcome(message_id, status, **fields)))
+        result = await session.execute(
+            FINAL_UPDATE, final_params(outcome(message_id, status, **fields))
+        )
         return result.rowcount > 0
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from app.db.session import Sessions, transaction
-from app.domain.chat.reply_rows import PROGRESS_UPDATE, final_update, progress_params
+from app.domain.chat.reply_rows import FINAL_UPDATE, PROGRESS_UPDATE, final_params, progress_params
 from app.streaming.generation import Outcome
 from app.streaming.manager import Progress
 
@@ -27,12 +27,12 @@ class DatabaseRecorder:
             await session.execute(PROGRESS_UPDATE, params)
 
     async def save_finals(self, outcomes: Sequence[Outcome]) -> None:
-        """Several replies' ends in ONE transaction, each its `Outcome` as it is: all saved, or
-        none.
+        """Several replies' ends in ONE transaction (one executemany), each its `Outcome` as it
+        is: all saved, or none.
 
         Both batches lock their rows in message-id order: a progress flush and a batch of ends
         running at once on PostgreSQL would otherwise each hold a row the other waits for
         ("deadlock detected", seen under a burst of 256), and one of them would be rolled back."""
+        params = [final_params(o) for o in sorted(outcomes, key=lambda o: o.message_id)]
         async with transaction(self.sessions) as session:
-            for outcome in sorted(outcomes, key=lambda o: o.message_id):
-                await session.execute(final_update(outcome))
+            await session.execute(FINAL_UPDATE, params)

@@ -2,7 +2,7 @@
 
 `add_turn` stores the user's message and an empty assistant message in state `streaming`,
 atomically; the recorder (app/domain/chat/recorder.py) flushes the partial text with
-`PROGRESS_UPDATE` and writes the end with `final_update`. Final states are never overwritten (the
+`PROGRESS_UPDATE` and writes the end with `FINAL_UPDATE`. Final states are never overwritten (the
 updates are conditional on `status = 'streaming'`), so a late or duplicate finish, or a flush
 racing the finish, cannot corrupt a reply. At startup, `mark_interrupted_at_startup` closes what a
 dead server left streaming. Regenerate and edit add versions next to the old ones
@@ -109,24 +109,19 @@ def stored_outcome(m: Message) -> Outcome:
 # --- the state machine ----------------------------------------------------------------------------
 
 
-def _update_streaming(message_id: UUID) -> Any:
-    """An UPDATE of one message that only applies while it is still streaming."""
-    return (
-        update(Message)
-        .where(Message.id == message_id, Message.status == Status.STREAMING)
-        .execution_options(synchronize_session=False)
-    )
-
+_MESSAGES = Message.__table__
+_STILL_STREAMING = update(_MESSAGES).where(
+    _MESSAGES.c.id == bindparam("reply_id"), _MESSAGES.c.status == Status.STREAMING
+)
+"""An UPDATE of one message (`reply_id`) that only applies while it is still streaming. Built once:
+the hot paths below run prebuilt Core statements, since building one per call (the ORM's
+`update(Message).values(...)`) cost more of the event loop than running it (bench/setup_cost.py,
+py-spy). With no `.values()`, the SET clause is made of the parameters' other keys."""
 
 # The UPDATE that flushes streaming replies' text so far (a no-op for one that is final), run
 # once with a parameter set per reply (`progress_params`): one executemany, not a statement each.
-PROGRESS_UPDATE = (
-    update(Message.__table__)
-    .where(
-        Message.__table__.c.id == bindparam("reply_id"),
-        Message.__table__.c.status == Status.STREAMING,
-    )
-    .values(content=bindparam("text_so_far"), completion_tokens=bindparam("tokens_so_far"))
+PROGRESS_UPDATE = _STILL_STREAMING.values(
+    content=bindparam("text_so_far"), completion_tokens=bindparam("tokens_so_far")
 )
 
 
@@ -135,12 +130,16 @@ def progress_params(message_id: UUID, content: str, completion_tokens: int) -> d
     return {"reply_id": message_id, "text_so_far": content, "tokens_so_far": completion_tokens}
 
 
-def final_update(outcome: Outcome) -> Any:
-    """The UPDATE that writes a reply's end, its `Outcome` as it is (a no-op once it is final);
-    the recorder batches several in one transaction."""
+FINAL_UPDATE = _STILL_STREAMING
+"""The UPDATE that writes a reply's end (a no-op once it is final), with `final_params` per reply:
+the recorder saves a batch of ends as one executemany."""
+
+
+def final_params(outcome: Outcome) -> dict[str, Any]:
+    """One reply's parameters for `FINAL_UPDATE`: its `Outcome` as it is."""
     if not outcome.status.is_final:
         raise ValueError(f"{outcome.status} is not a final status")
-    return _update_streaming(UUID(outcome.message_id)).values(**outcome_columns(outcome))
+    return {"reply_id": UUID(outcome.message_id), **outcome_columns(outcome)}
 
 
 def new_reply(
@@ -189,7 +188,8 @@ FOLLOW_LEAF = _FollowLeaf()
 
 
 _CONVERSATIONS = Conversation.__table__
-_MESSAGES = Message.__table__
+_TAKE_CONVERSATION = update(_CONVERSATIONS).where(_CONVERSATIONS.c.id == bindparam("conversation"))
+_INSERT_MESSAGES = insert(_MESSAGES)
 # The columns `turn_rows` sets; the others take their defaults (the same Core column defaults the
 # ORM would apply).
 _TURN_COLUMNS = (
@@ -214,14 +214,12 @@ async def take_conversation(
     write: its row lock (PostgreSQL) or the write lock (SQLite) is taken here, never after a read
     of it (see `add_turn`). Raises ConversationNotFoundError when it is gone.
 
-    A Core UPDATE of the table, not the ORM's: no object of the session changes, and the ORM's
-    bulk-UPDATE path costs about as much again in Python (bench/setup_cost.py)."""
-    values: dict[str, Any] = {"updated_at": now}
+    A prebuilt Core UPDATE of the table, not the ORM's: no object of the session changes, and the
+    ORM's bulk-UPDATE path costs about as much again in Python (bench/setup_cost.py)."""
+    values: dict[str, Any] = {"conversation": conversation_id, "updated_at": now}
     if leaf is not None:
         values["current_leaf_id"] = leaf
-    touched = await session.execute(
-        update(_CONVERSATIONS).where(_CONVERSATIONS.c.id == conversation_id).values(**values)
-    )
+    touched = await session.execute(_TAKE_CONVERSATION, values)
     if touched.rowcount == 0:
         raise ConversationNotFoundError(conversation_id)
 
@@ -230,7 +228,7 @@ async def _insert_turn(session: AsyncSession, question: Message, reply: Message)
     """Both rows in one INSERT (Core, as `take_conversation`: the objects stay out of the
     session, nothing is read back)."""
     rows = [{name: getattr(m, name) for name in _TURN_COLUMNS} for m in (question, reply)]
-    await session.execute(insert(_MESSAGES), rows)
+    await session.execute(_INSERT_MESSAGES, rows)
 
 
 def turn_rows(
