@@ -188,6 +188,16 @@ FOLLOW_LEAF = _FollowLeaf()
 
 
 _CONVERSATIONS = Conversation.__table__
+_CONVERSATION_COLUMNS = (
+    "id",
+    "user_id",
+    "title",
+    "source",
+    "created_at",
+    "updated_at",
+    "current_leaf_id",
+)
+_INSERT_CONVERSATION = insert(_CONVERSATIONS)
 _TAKE_CONVERSATION = update(_CONVERSATIONS).where(_CONVERSATIONS.c.id == bindparam("conversation"))
 _INSERT_MESSAGES = insert(_MESSAGES)
 # The columns `turn_rows` sets; the others take their defaults (the same Core column defaults the
@@ -314,8 +324,8 @@ async def write_api_call(
     replica_id: str | None = None,
 ) -> tuple[Message, Message]:
     """A `/v1` call's rows in the caller's transaction: its `api` conversation (titled from the
-    question), the question and the streaming reply, its current leaf. Inserts only: nothing else
-    can hold a conversation that does not exist yet."""
+    question), the question and the streaming reply, its current leaf. Inserts only (prebuilt
+    Core, as `write_turn`'s): nothing else can hold a conversation that does not exist yet."""
     now = utcnow()
     conversation = Conversation(
         id=uuid4(),
@@ -335,8 +345,10 @@ async def write_api_call(
         now=now,
     )
     conversation.current_leaf_id = reply.id
-    session.add_all([conversation, asked, reply])
-    await session.flush()
+    await session.execute(
+        _INSERT_CONVERSATION, {name: getattr(conversation, name) for name in _CONVERSATION_COLUMNS}
+    )
+    await _insert_turn(session, asked, reply)
     if conversation.title == DEFAULT_TITLE:  # the question's start is all blanks
         await _name_new_chat(session, conversation.id, question)
     return asked, reply
