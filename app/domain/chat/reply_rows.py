@@ -217,6 +217,11 @@ _TURN_COLUMNS = (
 )
 
 
+def _row(record: Conversation | Message, columns: tuple[str, ...]) -> dict[str, Any]:
+    """A not-yet-added ORM object's values for a Core INSERT of those columns."""
+    return {name: getattr(record, name) for name in columns}
+
+
 async def take_conversation(
     session: AsyncSession, conversation_id: UUID, now: datetime, leaf: UUID | None = None
 ) -> None:
@@ -237,8 +242,7 @@ async def take_conversation(
 async def _insert_turn(session: AsyncSession, question: Message, reply: Message) -> None:
     """Both rows in one INSERT (Core, as `take_conversation`: the objects stay out of the
     session, nothing is read back)."""
-    rows = [{name: getattr(m, name) for name in _TURN_COLUMNS} for m in (question, reply)]
-    await session.execute(_INSERT_MESSAGES, rows)
+    await session.execute(_INSERT_MESSAGES, [_row(m, _TURN_COLUMNS) for m in (question, reply)])
 
 
 def turn_rows(
@@ -345,9 +349,7 @@ async def write_api_call(
         now=now,
     )
     conversation.current_leaf_id = reply.id
-    await session.execute(
-        _INSERT_CONVERSATION, {name: getattr(conversation, name) for name in _CONVERSATION_COLUMNS}
-    )
+    await session.execute(_INSERT_CONVERSATION, _row(conversation, _CONVERSATION_COLUMNS))
     await _insert_turn(session, asked, reply)
     if conversation.title == DEFAULT_TITLE:  # the question's start is all blanks
         await _name_new_chat(session, conversation.id, question)
