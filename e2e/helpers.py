@@ -61,7 +61,7 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = PROJECT_ROOT / "artifacts"
 
-STORY = "Write a long story about a dragon."  # SmolLM2 goes on until max_tokens
+STORY = "Write a long story about a dragon."  # long; with RUNS_TO_THE_LIMIT, until max_tokens
 SHORT = "Say hello in one short sentence."
 
 T = TypeVar("T")
@@ -324,14 +324,19 @@ class ChatPage:
         return self.page.evaluate("window.__sampler.takeRecords(), window.__samples")
 
 
+# Greedy with the repeat penalty off: SmolLM2 settles into a loop on STORY and runs to max_tokens.
+# The chat's default penalty (1.1, app/domain/chat/limits.py) ends greedy STORY at ~590 tokens,
+# which once finished a reply a test meant to Stop before the test got there.
+RUNS_TO_THE_LIMIT = {"temperature": 0, "repeat_penalty": 1.0}
+
+
 def ask_for_longer_replies(page: Page, max_tokens: int, only: str | None = None) -> None:
     """Sends from this page (those of the message `only`, if given) ask the real server for
-    `max_tokens`, greedy, over SSE or the WebSocket, instead of the e2e server's small default
-    and sampling: a test whose reply must outlast something (an outage, a reload, a Stop on its
-    way) must not depend on how fast this machine decodes, nor on a sampled reply ending early
-    (greedy SmolLM2 runs to the limit on STORY and ESSAY). Responses pass through untouched,
-    still streaming."""
-    longer = {"max_tokens": max_tokens, "temperature": 0}
+    `max_tokens`, greedy with no repeat penalty, over SSE or the WebSocket, instead of the e2e
+    server's small default and sampling: a test whose reply must outlast something (an outage, a
+    reload, a Stop on its way) must not depend on how fast this machine decodes, nor on a reply
+    ending early (RUNS_TO_THE_LIMIT). Responses pass through untouched, still streaming."""
+    longer = {"max_tokens": max_tokens, **RUNS_TO_THE_LIMIT}
 
     def wanted(content: object) -> bool:
         return only is None or content == only

@@ -18,7 +18,13 @@ import pytest
 from playwright.sync_api import Route, WebSocketRoute, expect
 
 from e2e.conftest import User
-from e2e.helpers import STORY, ChatPage, ask_for_longer_replies, wait_engine_idle
+from e2e.helpers import (
+    RUNS_TO_THE_LIMIT,
+    STORY,
+    ChatPage,
+    ask_for_longer_replies,
+    wait_engine_idle,
+)
 
 TRANSPORTS = ["sse", "ws"]
 
@@ -36,7 +42,7 @@ def hold_cancels_sse(page) -> list[Route]:  # type: ignore[no-untyped-def]
 
 # The reply must outlast Stop's 5 s grace (static/js/stream.js, stopGraceMs) and the retry after it:
 # 400 tokens took ~5 s on a fast box and once ended (length) before the retry's Stop arrived.
-# Greedy SmolLM2 runs to the limit on STORY; the test stops it, so its length costs nothing.
+# RUNS_TO_THE_LIMIT makes STORY run to the limit; the test stops it, so its length costs nothing.
 LONGER_THAN_THE_STOP_GRACE = 1500
 
 
@@ -52,7 +58,7 @@ def longer_and_drop_cancels_ws(page, dropping: dict[str, bool]) -> None:  # type
             if frame.get("type") == "cancel" and dropping["on"]:
                 return
             if frame.get("type") == "send":
-                frame.update({"max_tokens": LONGER_THAN_THE_STOP_GRACE, "temperature": 0})
+                frame.update({"max_tokens": LONGER_THAN_THE_STOP_GRACE, **RUNS_TO_THE_LIMIT})
             server.send(json.dumps(frame))
 
         route.on_message(to_server)
