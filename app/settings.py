@@ -1,189 +1,178 @@
 """Every setting, read from the environment in one place.
 
-Engine settings live in their own dataclass so that the engine package can be configured without
-knowing about the web app.
+Each field names its environment variable once (`env("NAME", default)`); `from_env()` reads
+those variables and msgspec converts and checks them (`msgspec.convert(..., strict=False)` turns
+"2048" into an int and "true"/"0" into a bool), so a bad value stops the start with the variable's
+name and what was expected. An empty variable counts as unset. Engine settings live in their own
+dataclass so that the engine package can be configured without knowing about the web app.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+# Words that mean a boolean, beside msgspec's own "true"/"false"/"1"/"0" (any case).
+_BOOLEAN_WORDS = {"yes": "true", "on": "true", "no": "false", "off": "false"}
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+class SettingsError(ValueError):
+    """An environment variable that does not hold what its setting needs."""
 
 
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
+def env(name: str, default: Any = MISSING, *, default_factory: Any = MISSING) -> Any:
+    """A dataclass field read from the environment variable `name` by `read_env`."""
+    return field(default=default, default_factory=default_factory, metadata={"env": name})
 
 
-def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
-
-
-def _env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+def read_env(cls: type[T], environ: Mapping[str, str] | None = None, **given: Any) -> T:
+    """`cls` with each `env(...)` field taken from `environ` (default: the process's), the rest
+    from `given` or their defaults. Lists (tuple fields) are comma-separated; booleans and choices
+    are read case-insensitively."""
+    environ = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    raw: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        name = f.metadata.get("env")
+        value = (environ.get(name) or "").strip() if name else ""
+        if not value:
+            continue
+        names[f.name] = name
+        hint = hints[f.name]
+        if typing.get_origin(hint) is tuple:
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        elif hint is bool:
+            value = _BOOLEAN_WORDS.get(value.lower(), value.lower())
+        elif typing.get_origin(hint) is Literal:
+            value = value.lower()
+        raw[f.name] = value
+    try:
+        return msgspec.convert({**raw, **given}, cls, strict=False)
+    except msgspec.ValidationError as exc:
+        problem, _, where = str(exc).rpartition(" - at ")
+        variable = names.get(where.strip("`").removeprefix("$."), where)
+        raise SettingsError(f"{variable}: {problem or exc}") from None
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    kind: str = "llamacpp"  # llamacpp | trtllm | synthetic | openai
+    kind: str = env("ENGINE", "llamacpp")  # llamacpp | trtllm | synthetic | openai
     # a GGUF (llamacpp), a model dir/name (trtllm) or the upstreams' model name (openai; None:
     # the first of GET /v1/models); None: SmolLM2
-    model_path: str | None = None
-    context_size: int = 2048  # tokens one sequence may hold: prompt + reply
+    model_path: str | None = env("MODEL_PATH", None)
+    context_size: int = env("ENGINE_CONTEXT", 2048)  # tokens one sequence may hold: prompt + reply
     # Sequences decoding at once; the rest wait (fairly across users). On llama.cpp the KV pool
     # bounds admission first (a request enters once its whole reply fits); ids are cheap.
-    max_seqs: int = 64
-    kv_cells: int = 16384  # KV cache size in tokens, shared by all running sequences
+    max_seqs: int = env("ENGINE_MAX_SEQS", 64)
+    # KV cache size in tokens, shared by all running sequences
+    kv_cells: int = env("ENGINE_KV_CELLS", 16384)
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:
     # the web server's loop still gets its turns because libgomp's barrier spinning is bounded
     # (GOMP_SPINCOUNT, see llamacpp_native.py). On a hyper-threaded host, the physical core count
     # may do better.
-    threads: int = max(1, os.cpu_count() or 1)
+    threads: int = env("ENGINE_THREADS", max(1, os.cpu_count() or 1))
     # Chunked prefill, by time (app/engine/step_clock.py): a step that carries prompt chunks
     # beside decoding streams may last `step_stretch` times a decode-only step, or
     # `step_floor_ms` where that is longer; with nobody decoding, a step takes up to
     # `max_step_tokens` of waiting prompts at once. With 8 streams decoding and a 1,500-token
     # prompt arriving, 2.0 keeps their gaps within ~2-3x the steady one (bench/chunked_prefill.py).
-    step_stretch: float = 2.0
-    step_floor_ms: float = 100.0
-    max_step_tokens: int = 1024
+    step_stretch: float = env("ENGINE_STEP_STRETCH", 2.0)
+    step_floor_ms: float = env("ENGINE_STEP_FLOOR_MS", 100.0)
+    max_step_tokens: int = env("ENGINE_MAX_STEP_TOKENS", 1024)
     # TensorRT-LLM's executor in this process (TLLM_WORKER_USE_SINGLE_PROCESS=1) or, the default,
     # in its worker process: TensorRT-LLM warns that in-process may hurt streaming (app/engine/trtllm.py)
-    trtllm_in_process: bool = False
-    synthetic_step_ms: float = 20.0  # synthetic engine: fixed cost of one step
-    synthetic_per_seq_ms: float = 0.5  # ... plus this much per running sequence
-    synthetic_prefill_ms_per_token: float = 0.05
+    trtllm_in_process: bool = env("TRTLLM_IN_PROCESS", False)
+    # Synthetic engine: fixed cost of one step
+    synthetic_step_ms: float = env("SYNTHETIC_STEP_MS", 20.0)
+    # ... plus this much per running sequence
+    synthetic_per_seq_ms: float = env("SYNTHETIC_PER_SEQ_MS", 0.5)
+    synthetic_prefill_ms_per_token: float = env("SYNTHETIC_PREFILL_MS_PER_TOKEN", 0.05)
     # ENGINE=openai (app/engine/openai_remote.py): OpenAI-compatible inference servers, each
     # named by its API base (http://host:port/v1), with an optional bearer key for all of them.
-    upstreams: tuple[str, ...] = ()
-    upstream_key: str | None = None
+    upstreams: tuple[str, ...] = env("ENGINE_UPSTREAMS", ())
+    upstream_key: str | None = env("ENGINE_UPSTREAM_KEY", None)
     # Requests sent to one upstream at once; the rest wait in the app (a queued request whose
     # client goes away is still prefilled by llama-server later). 0: its /props `total_slots`,
     # or max_seqs where the server does not say.
-    upstream_slots: int = 0
-    upstream_connect_timeout_s: float = 3.0
+    upstream_slots: int = env("ENGINE_UPSTREAM_SLOTS", 0)
+    upstream_connect_timeout_s: float = env("ENGINE_UPSTREAM_CONNECT_TIMEOUT_S", 3.0)
     # Until the response headers and the first text: llama-server sends no header before the
     # request has a slot and its first token. Also the longest silence mid-reply.
-    upstream_first_token_timeout_s: float = 60.0
-    upstream_failures_to_down: int = 2  # consecutive failures that mark an upstream down
-    upstream_probe_interval_s: float = 2.0  # health checks of every upstream, up or down
+    upstream_first_token_timeout_s: float = env("ENGINE_UPSTREAM_FIRST_TOKEN_TIMEOUT_S", 60.0)
+    # Consecutive failures that mark an upstream down
+    upstream_failures_to_down: int = env("ENGINE_UPSTREAM_FAILURES_TO_DOWN", 2)
+    # Health checks of every upstream, up or down
+    upstream_probe_interval_s: float = env("ENGINE_UPSTREAM_PROBE_INTERVAL_S", 2.0)
+
+    def __post_init__(self) -> None:
+        # An API base is named without its trailing slash (the paths are appended to it).
+        object.__setattr__(self, "upstreams", tuple(url.rstrip("/") for url in self.upstreams))
 
     @classmethod
-    def from_env(cls) -> EngineSettings:
-        d = cls()
-        return cls(
-            kind=_env("ENGINE", d.kind),
-            model_path=os.environ.get("MODEL_PATH") or None,
-            context_size=_env_int("ENGINE_CONTEXT", d.context_size),
-            max_seqs=_env_int("ENGINE_MAX_SEQS", d.max_seqs),
-            kv_cells=_env_int("ENGINE_KV_CELLS", d.kv_cells),
-            threads=_env_int("ENGINE_THREADS", d.threads),
-            step_stretch=_env_float("ENGINE_STEP_STRETCH", d.step_stretch),
-            step_floor_ms=_env_float("ENGINE_STEP_FLOOR_MS", d.step_floor_ms),
-            max_step_tokens=_env_int("ENGINE_MAX_STEP_TOKENS", d.max_step_tokens),
-            trtllm_in_process=_env_bool("TRTLLM_IN_PROCESS", d.trtllm_in_process),
-            synthetic_step_ms=_env_float("SYNTHETIC_STEP_MS", d.synthetic_step_ms),
-            synthetic_per_seq_ms=_env_float("SYNTHETIC_PER_SEQ_MS", d.synthetic_per_seq_ms),
-            synthetic_prefill_ms_per_token=_env_float(
-                "SYNTHETIC_PREFILL_MS_PER_TOKEN", d.synthetic_prefill_ms_per_token
-            ),
-            upstreams=tuple(
-                url.strip().rstrip("/")
-                for url in _env("ENGINE_UPSTREAMS", "").split(",")
-                if url.strip()
-            ),
-            upstream_key=os.environ.get("ENGINE_UPSTREAM_KEY") or None,
-            upstream_slots=_env_int("ENGINE_UPSTREAM_SLOTS", d.upstream_slots),
-            upstream_connect_timeout_s=_env_float(
-                "ENGINE_UPSTREAM_CONNECT_TIMEOUT_S", d.upstream_connect_timeout_s
-            ),
-            upstream_first_token_timeout_s=_env_float(
-                "ENGINE_UPSTREAM_FIRST_TOKEN_TIMEOUT_S", d.upstream_first_token_timeout_s
-            ),
-            upstream_failures_to_down=_env_int(
-                "ENGINE_UPSTREAM_FAILURES_TO_DOWN", d.upstream_failures_to_down
-            ),
-            upstream_probe_interval_s=_env_float(
-                "ENGINE_UPSTREAM_PROBE_INTERVAL_S", d.upstream_probe_interval_s
-            ),
-        )
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EngineSettings:
+        return read_env(cls, environ)
 
 
 def _default_database_url() -> str:
-    data = Path(_env("DATA_DIR", "data")).resolve()
+    data = Path(os.environ.get("DATA_DIR") or "data").resolve()
     return f"sqlite+aiosqlite:///{data / 'streamchat.db'}"
 
 
 @dataclass(frozen=True)
 class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
-    database_url: str = field(default_factory=_default_database_url)
-    secret_key: str = field(default_factory=lambda: secrets.token_hex(32))
-    keepalive_s: float = 15.0  # SSE comment / WS ping when a stream is idle
-    page_grace_s: float = 5.0  # how long a page reply waits for its client to resume
-    api_grace_s: float = 0.0  # same for /v1: OpenAI clients never resume
-    client_deadline_s: float = 30.0  # a subscriber that takes nothing this long is gone
-    flush_interval_s: float = 1.0  # partial text reaches the database at least this often
-    replica_id: str = "main"  # names this process among replicas sharing one database
-    session_store_url: str | None = None  # redis://... shares log-in sessions between replicas
-    max_message_chars: int = 16000
-    default_max_tokens: int = 512
-    debug: bool = False
+    database_url: str = env("DATABASE_URL", default_factory=_default_database_url)
+    secret_key: str = env("SECRET_KEY", default_factory=lambda: secrets.token_hex(32))
+    keepalive_s: float = env("KEEPALIVE_S", 15.0)  # SSE comment / WS ping when a stream is idle
+    # How long a page reply waits for its client to resume
+    page_grace_s: float = env("PAGE_GRACE_S", 5.0)
+    api_grace_s: float = env("API_GRACE_S", 0.0)  # same for /v1: OpenAI clients never resume
+    # A subscriber that takes nothing this long is gone
+    client_deadline_s: float = env("CLIENT_DEADLINE_S", 30.0)
+    # Partial text reaches the database at least this often
+    flush_interval_s: float = env("FLUSH_INTERVAL_S", 1.0)
+    # Names this process among replicas sharing one database
+    replica_id: str = env("REPLICA_ID", "main")
+    # Redis://... shares log-in sessions between replicas
+    session_store_url: str | None = env("SESSION_STORE_URL", None)
+    max_message_chars: int = env("MAX_MESSAGE_CHARS", 16000)
+    default_max_tokens: int = env("DEFAULT_MAX_TOKENS", 512)
+    debug: bool = env("DEBUG", False)
     # Cookies marked Secure: "auto" when the request came over https (uvicorn takes the scheme
     # from a trusted proxy's X-Forwarded-Proto), or "true" / "false" always.
-    cookie_secure: str = "auto"
+    cookie_secure: Literal["auto", "true", "false"] = env("COOKIE_SECURE", "auto")
     # Log-in and sign-up limits (app/domain/accounts/ratelimit.py): attempts counted when they
     # start, in a sliding window, per client address and per account.
-    login_window_s: float = 900.0
-    login_max_per_address: int = 20  # failed log-ins from one address, whatever the account
-    login_max_per_account: int = 5  # failed log-ins on one account from one address (or device)
-    login_max_per_account_total: int = 100  # ... from unknown devices, all addresses together
-    signup_window_s: float = 3600.0
-    signup_max_per_address: int = 10
-    rate_limit_namespace: str = "streamchat-ratelimit"  # key prefix in SESSION_STORE_URL's Redis
-    metrics_token: str | None = None  # GET /metrics needs `Authorization: Bearer <token>` when set
+    login_window_s: float = env("LOGIN_WINDOW_S", 900.0)
+    # Failed log-ins from one address, whatever the account
+    login_max_per_address: int = env("LOGIN_MAX_PER_ADDRESS", 20)
+    # Failed log-ins on one account from one address (or device)
+    login_max_per_account: int = env("LOGIN_MAX_PER_ACCOUNT", 5)
+    # ... from unknown devices, all addresses together
+    login_max_per_account_total: int = env("LOGIN_MAX_PER_ACCOUNT_TOTAL", 100)
+    signup_window_s: float = env("SIGNUP_WINDOW_S", 3600.0)
+    signup_max_per_address: int = env("SIGNUP_MAX_PER_ADDRESS", 10)
+    # Key prefix in SESSION_STORE_URL's Redis
+    rate_limit_namespace: str = env("RATE_LIMIT_NAMESPACE", "streamchat-ratelimit")
+    # GET /metrics needs `Authorization: Bearer <token>` when set
+    metrics_token: str | None = env("METRICS_TOKEN", None)
     # Live replies (running or waiting in the engine) one user may have in this process; more are
     # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
-    max_replies_per_user: int = 8
-    final_save_wait_s: float = 5.0  # longest a client's `final` waits for the reply to be saved
+    max_replies_per_user: int = env("MAX_REPLIES_PER_USER", 8)
+    # Longest a client's `final` waits for the reply to be saved
+    final_save_wait_s: float = env("FINAL_SAVE_WAIT_S", 5.0)
 
     @classmethod
-    def from_env(cls) -> Settings:
-        d = cls(secret_key="unused")
-        return cls(
-            engine=EngineSettings.from_env(),
-            database_url=os.environ.get("DATABASE_URL") or _default_database_url(),
-            secret_key=os.environ.get("SECRET_KEY") or secrets.token_hex(32),
-            keepalive_s=_env_float("KEEPALIVE_S", d.keepalive_s),
-            page_grace_s=_env_float("PAGE_GRACE_S", d.page_grace_s),
-            api_grace_s=_env_float("API_GRACE_S", d.api_grace_s),
-            client_deadline_s=_env_float("CLIENT_DEADLINE_S", d.client_deadline_s),
-            flush_interval_s=_env_float("FLUSH_INTERVAL_S", d.flush_interval_s),
-            replica_id=_env("REPLICA_ID", d.replica_id),
-            session_store_url=os.environ.get("SESSION_STORE_URL") or None,
-            max_message_chars=_env_int("MAX_MESSAGE_CHARS", d.max_message_chars),
-            default_max_tokens=_env_int("DEFAULT_MAX_TOKENS", d.default_max_tokens),
-            debug=_env_bool("DEBUG", d.debug),
-            cookie_secure=_env("COOKIE_SECURE", d.cookie_secure).strip().lower(),
-            login_window_s=_env_float("LOGIN_WINDOW_S", d.login_window_s),
-            login_max_per_address=_env_int("LOGIN_MAX_PER_ADDRESS", d.login_max_per_address),
-            login_max_per_account=_env_int("LOGIN_MAX_PER_ACCOUNT", d.login_max_per_account),
-            login_max_per_account_total=_env_int(
-                "LOGIN_MAX_PER_ACCOUNT_TOTAL", d.login_max_per_account_total
-            ),
-            signup_window_s=_env_float("SIGNUP_WINDOW_S", d.signup_window_s),
-            signup_max_per_address=_env_int("SIGNUP_MAX_PER_ADDRESS", d.signup_max_per_address),
-            rate_limit_namespace=_env("RATE_LIMIT_NAMESPACE", d.rate_limit_namespace),
-            metrics_token=os.environ.get("METRICS_TOKEN") or None,
-            max_replies_per_user=_env_int("MAX_REPLIES_PER_USER", d.max_replies_per_user),
-            final_save_wait_s=_env_float("FINAL_SAVE_WAIT_S", d.final_save_wait_s),
-        )
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        return read_env(cls, environ, engine=EngineSettings.from_env(environ))
