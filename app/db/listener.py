@@ -9,6 +9,14 @@ termination listeners when it is closed for whatever reason (asyncpg/connection.
 listener reconnects from there, with backoff, and LISTENs again. What was notified while it was
 away is lost (NOTIFY is not queued for absent listeners); the callers' own fallbacks cover that
 (a reply's end is in the database; a page reloads its list on reconnecting).
+
+Why not Litestar's `channels` plugin (2.25) with its PostgreSQL backends: neither comes back. The
+asyncpg backend (litestar/channels/backends/asyncpg.py) opens its listening connection once in
+`on_startup` and never again, so a restart leaves it deaf; the psycopg one (psycopg.py, `_listen`)
+hands the connection's error to `stream_events`, which raises it and ends the plugin's delivery.
+Both also open a new connection for every `publish`, where ours send on the listening one. The
+reconnect-after-restart tests (tests/db/test_listener.py, tests/ops/test_replicas.py) are what
+this module must keep passing.
 """
 
 from __future__ import annotations
