@@ -14,7 +14,7 @@ from typing import Any
 
 from app.engine.base import Finished, FinishReason, TextDelta
 from app.engine.detokenizer import IncrementalDetokenizer
-from app.engine.openai_upstreams import Upstream
+from app.engine.openai.upstreams import Upstream
 from app.engine.streams import EventStream
 
 UNKNOWN_TOKEN = -1

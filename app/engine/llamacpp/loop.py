@@ -10,7 +10,7 @@ Shape of the loop (one iteration = one step = one `llama_decode`, or a few for a
                                     the step clock allows: `step_clock`; exact graphs when a
                                     greedy sequence is in it: see `StepLoop._decode`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
-    sample per sequence            (numpy over llama.cpp's logits rows: `llamacpp_sampling`)
+    sample per sequence            (numpy over llama.cpp's logits rows: `sampling`)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
     hand the step's events to asyncio in ONE call_soon_threadsafe
     time the step                  (the clock learns what decode and prompt tokens cost)
@@ -30,10 +30,10 @@ import time
 from dataclasses import dataclass
 
 from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
-from app.engine.llamacpp_native import EXACT_ROWS, PAD_TOKEN_POS, NativeModel
-from app.engine.llamacpp_sampling import TokenSampler
-from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
-from app.engine.step_clock import StepClock
+from app.engine.llamacpp.native import EXACT_ROWS, PAD_TOKEN_POS, NativeModel
+from app.engine.llamacpp.sampling import TokenSampler
+from app.engine.llamacpp.scheduler import Scheduler, SeqState, Sequence
+from app.engine.llamacpp.step_clock import StepClock
 from app.engine.streams import EventStream
 
 log = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ class StepLoop:
 
     def _prefill_opening(self, native: NativeModel) -> None:
         """Compute the shared opening's cells once, under its own sequence id, and pin them in the
-        prefix cache (see `llamacpp_prefix_cache`): from then on no prompt prefills it again."""
+        prefix cache (see `prefix_cache`): from then on no prompt prefills it again."""
         seq_id = self._sched.shared_seq_id
         if seq_id is None or len(self._opening) < 2:
             return
@@ -259,7 +259,7 @@ class StepLoop:
 
     def _decode(self, native: NativeModel, *, exact: bool) -> bool:
         """Decode the step's batch; returns whether every graph was exact (see
-        `llamacpp_native.EXACT_ROWS`): the cells it wrote then do not depend on the other rows.
+        `native.EXACT_ROWS`): the cells it wrote then do not depend on the other rows.
 
         `exact` is asked for when the step holds a greedy sequence's tokens, so that a greedy reply
         does not depend on the other requests in the pool: the batch then goes in graphs of 2 to

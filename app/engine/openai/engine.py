@@ -12,14 +12,14 @@ Each request is one asyncio task streaming `POST /chat/completions` from one ups
   upstream at most as many requests as it has slots: llama-server keeps a request it has queued
   and prefills it later even when its client has closed, so a request the app holds back is one
   Stop can drop for free.
-- Routing (app/engine/openai_upstreams.py): the least-loaded upstream that is up; a failure
+- Routing (app/engine/openai/upstreams.py): the least-loaded upstream that is up; a failure
   before the first token fails over to another, never after one (the text would be duplicated):
   then the reply ends `error` with what it had. Health checks (`GET /models`) mark upstreams down
   and back up.
 - The upstream's text already comes as text (llama-server never sends half a UTF-8 character:
   tools/server/server-context.cpp, `validate_utf8`), but stop strings are applied here as well,
   with the same hold-back as the local engines, for servers that do not take `stop`.
-One request's state and events: app/engine/openai_request.py.
+One request's state and events: app/engine/openai/request.py.
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ from app.engine.base import (
 )
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.fair_queue import FairQueue
-from app.engine.openai_health import HealthChecks, describe
-from app.engine.openai_request import UpstreamRequest
-from app.engine.openai_stream import (
+from app.engine.openai.health import HealthChecks, describe
+from app.engine.openai.request import UpstreamRequest
+from app.engine.openai.stream import (
     FINISH_REASONS,
     UpstreamProtocolError,
     chat_body,
     chunks,
     error_message,
 )
-from app.engine.openai_upstreams import Upstream, UpstreamPool
+from app.engine.openai.upstreams import Upstream, UpstreamPool
 from app.engine.streams import EventStream, hop_to_loop
 from app.settings import EngineSettings
 

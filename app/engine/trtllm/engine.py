@@ -3,8 +3,8 @@
 TensorRT-LLM batches, schedules and manages the KV cache itself; this adapter turns its per-request
 async streams into our events. What it relies on was read in NVIDIA/TensorRT-LLM's sources (1.0
 and the newer releases; paths relative to `tensorrt_llm/`), cited where it is used; finding and
-configuring TensorRT-LLM (version, sampler, worker process) is `trtllm_setup`, what its refusals and
-endings mean here `trtllm_errors`, its iteration stats `trtllm_stats`.
+configuring TensorRT-LLM (version, sampler, worker process) is `setup`, what its refusals and
+endings mean here `errors`, its iteration stats `stats`.
 
 - the prompt is the model's chat template, tokenised once here (`add_special_tokens=False`: the
   template holds BOS already) and handed to `LLM.generate_async` as token ids, so TensorRT-LLM does
@@ -26,13 +26,13 @@ endings mean here `trtllm_errors`, its iteration stats `trtllm_stats`.
   `update_waiting_queue`): it ends `cancelled` at once, with no tokens, and whatever TensorRT-LLM
   still sends for it is drained and ignored;
 - refusals become `EngineError` / `PromptTooLongError` (a 400), a shut-down LLM
-  `EngineUnavailableError` (see `trtllm_errors`).
+  `EngineUnavailableError` (see `errors`).
 
 `kv_cells` and the step settings (`step_stretch`, `max_step_tokens`) do not apply (TensorRT-LLM
 sizes its KV cache from free GPU memory and schedules tokens itself); `max_seqs` becomes
 `max_batch_size`, `context_size`
 `max_seq_len`. `stats()`: `running` is our requests in flight; queue depth and KV use come from
-TensorRT-LLM's iteration stats (see `trtllm_stats`).
+TensorRT-LLM's iteration stats (see `stats`).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ from app.engine.base import (
 )
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.streams import EventStream, hop_to_loop
-from app.engine.trtllm_errors import NeverRaised, backend_ending, refusal, request_error_type
-from app.engine.trtllm_setup import (
+from app.engine.trtllm.errors import NeverRaised, backend_ending, refusal, request_error_type
+from app.engine.trtllm.setup import (
     DEFAULT_MODEL,
     INSTALL_HINT,
     TrtLlmUnavailableError,
@@ -74,7 +74,7 @@ from app.engine.trtllm_setup import (
     sampling_kwargs,
     tensorrt_llm_installed,
 )
-from app.engine.trtllm_stats import IterationStats
+from app.engine.trtllm.stats import IterationStats
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)

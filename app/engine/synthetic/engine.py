@@ -13,7 +13,7 @@ exercised and measured without a model:
   policy as the llama.cpp scheduler; a sequence is admitted only when the
   KV cache (`kv_cells`) can hold its prompt plus the longest reply it may produce, so a running
   sequence never has to be pre-empted (`stats().kv_used` counts the cells actually in use);
-- the reply is made by `synthetic_text`: deterministic, 4-byte "tokens" of mixed scripts, ending on
+- the reply is made by `text`: deterministic, 4-byte "tokens" of mixed scripts, ending on
   its own (`stop`) after a prompt-determined number of tokens unless `max_tokens` or the context
   comes first (`length`); markers in the last user message inject a failure or fix the length.
   Of the sampling settings only `max_tokens`, `seed` and `stop` change it; the others (temperature,
@@ -43,8 +43,8 @@ from app.engine.base import (
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.fair_queue import FairQueue
 from app.engine.streams import EventStream, hop_to_loop
-from app.engine.synthetic_markdown import MarkdownReplyGenerator
-from app.engine.synthetic_text import (
+from app.engine.synthetic.markdown import MarkdownReplyGenerator
+from app.engine.synthetic.text import (
     ReplyGenerator,
     parse_markers,
     prompt_token_count,

@@ -6,7 +6,7 @@
         ...
 
 Loading: the GGUF file, its chat template and llama.cpp's context, sized from the settings. The
-stepping runs in `llamacpp_loop.StepLoop`'s thread; this side only hands it requests and aborts
+stepping runs in `loop.StepLoop`'s thread; this side only hands it requests and aborts
 from the event loop, and never blocks on it. Requests made in one event-loop tick reach the same
 step boundary (see `_hand_over`). `abort` only flags the sequence and wakes the loop; the loop ends
 it at the next step boundary.
@@ -31,12 +31,12 @@ from app.engine.base import (
 )
 from app.engine.chat_template import ChatTemplate
 from app.engine.detokenizer import IncrementalDetokenizer
-from app.engine.llamacpp_loop import StepLoop
-from app.engine.llamacpp_native import ContextConfig, NativeModel
-from app.engine.llamacpp_prefix_cache import common_prefix_len
-from app.engine.llamacpp_scheduler import Scheduler, Sequence
-from app.engine.model_files import resolve_model_path
-from app.engine.step_clock import StepClock
+from app.engine.llamacpp.loop import StepLoop
+from app.engine.llamacpp.model_files import resolve_model_path
+from app.engine.llamacpp.native import ContextConfig, NativeModel
+from app.engine.llamacpp.prefix_cache import common_prefix_len
+from app.engine.llamacpp.scheduler import Scheduler, Sequence
+from app.engine.llamacpp.step_clock import StepClock
 from app.engine.streams import EventStream
 from app.settings import EngineSettings
 
@@ -44,13 +44,13 @@ log = logging.getLogger(__name__)
 
 
 class LlamaCppEngine:
-    """`Engine` over llama.cpp's C API; the stepping itself is `llamacpp_loop.StepLoop`."""
+    """`Engine` over llama.cpp's C API; the stepping itself is `loop.StepLoop`."""
 
     def __init__(
         self, settings: EngineSettings, *, flash_attn: bool = True, prefix_cache: int = 8
     ) -> None:
         """`prefix_cache`: how many finished sequences keep their cells for reuse (0: none); they
-        keep at most an eighth of the KV pool (see `llamacpp_prefix_cache`)."""
+        keep at most an eighth of the KV pool (see `prefix_cache`)."""
         self.settings = settings
         self._flash_attn = flash_attn
         self._model_path = resolve_model_path(settings.model_path)
