@@ -108,7 +108,7 @@ def test_missing_distribution_is_a_clear_error() -> None:
 
 
 def _seq(rid: str, prompt_len: int, max_tokens: int, owner: str | None = None) -> Sequence:
-    return Sequence(rid, GREEDY, list(range(prompt_len)), max_tokens, time.time(), owner=owner)
+    return Sequence(GREEDY, list(range(prompt_len)), max_tokens, request_id=rid, owner=owner)
 
 
 def test_admission_is_fifo_and_bounded_by_kv_cells_and_slots() -> None:
@@ -314,7 +314,7 @@ def test_admission_evicts_cache_entries_before_waiting() -> None:
         plan = sched.cache.plan_store(tokens)
         assert plan is not None
         sched.cache.commit_store(plan, tokens)
-    newcomer = Sequence("n", GREEDY, [2] * 30 + [3], 10, time.time())
+    newcomer = Sequence(GREEDY, [2] * 30 + [3], 10, request_id="n")
     sched.waiting.append(newcomer)
     evicted = []
     assert list(sched.admit(evict=evicted.append)) == [newcomer]
