@@ -11,7 +11,7 @@ long prompt's arrival to its first token):
   `--warm-tokens` phase its maximum is the machine's own noise, what no schedule can go under),
 - the long prompt's time to first token.
 
-With the engine's time-based prompt budget (app/engine/step_clock.py: a step carrying a prompt
+With the engine's time-based prompt budget (app/engine/llamacpp/step_clock.py: a step carrying a prompt
 chunk may last `step_stretch` times a decode-only step), the prompt enters a slice per step and
 every step still advances the eight streams: the gaps grow by the slice's cost but never freeze.
 The control run (`off`: no bound, steps of up to 4,096 tokens) prefills it in one step: every
@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.engine.base import Finished, SamplingParams, TextDelta
-from app.engine.llamacpp import LlamaCppEngine
+from app.engine.llamacpp.engine import LlamaCppEngine
 from app.settings import EngineSettings
 
 STREAM_TOPICS = [

@@ -18,7 +18,7 @@ ratio computed per repetition from its own pair.
 
 The baseline runs in a child process started before the engine is imported, so it gets the
 environment as you set it (the engine module sets GOMP_SPINCOUNT for itself, see
-`app/engine/llamacpp_native.py`), and so its OpenMP threads are not counted against this process's:
+`app/engine/llamacpp/native.py`), and so its OpenMP threads are not counted against this process's:
 libgomp stops spinning at barriers as soon as a process holds more OpenMP threads than CPUs, which
 slowed both sides by half when they shared one process.
 """
@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.engine.model_files import resolve_model_path  # (imports no llama_cpp)
+from app.engine.llamacpp.model_files import resolve_model_path  # (imports no llama_cpp)
 from app.settings import EngineSettings
 
 if TYPE_CHECKING:
-    from app.engine.llamacpp import LlamaCppEngine
+    from app.engine.llamacpp.engine import LlamaCppEngine
 
 TOPICS = [
     "a lighthouse keeper",
@@ -88,7 +88,7 @@ def baseline_worker(model_path: str, threads: int) -> None:
     import llama_cpp
     from llama_cpp import Llama
 
-    # no weight repacking, as the engine (app/engine/llamacpp_native.py: AMX kernels crash);
+    # no weight repacking, as the engine (app/engine/llamacpp/native.py: AMX kernels crash);
     # `Llama` has no argument for it, so its defaults are patched
     defaults = llama_cpp.llama_model_default_params
 
@@ -178,7 +178,7 @@ async def main() -> None:
     spin_before = os.environ.get("GOMP_SPINCOUNT")
     baseline = Baseline(model_path, args.threads)  # before the engine module touches the env
 
-    from app.engine.llamacpp import LlamaCppEngine
+    from app.engine.llamacpp.engine import LlamaCppEngine
 
     settings = EngineSettings(
         threads=args.threads, max_seqs=max(16, *levels), step_stretch=args.stretch

@@ -38,14 +38,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from app.engine.base import Finished, FinishReason, SamplingParams, TextDelta
-from app.engine.trtllm import ABORT_GRACE_S, TrtLlmEngine
-from app.engine.trtllm_setup import (
+from app.engine.trtllm.engine import ABORT_GRACE_S, TrtLlmEngine
+from app.engine.trtllm.setup import (
     DEFAULT_MODEL,
     INSTALL_HINT,
     TrtLlmUnavailableError,
     tensorrt_llm_installed,
 )
-from app.engine.trtllm_stats import STATS_POLL_S
+from app.engine.trtllm.stats import STATS_POLL_S
 from app.settings import EngineSettings
 
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]

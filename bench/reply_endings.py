@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.schemas import ReplyOptions
 from app.engine.base import Finished, FinishReason, SamplingParams
-from app.engine.llamacpp import LlamaCppEngine
+from app.engine.llamacpp.engine import LlamaCppEngine
 from app.settings import EngineSettings
 
 PROMPTS = [

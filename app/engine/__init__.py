@@ -36,19 +36,19 @@ __all__ = [
 def create_engine(settings: EngineSettings) -> Engine:
     """Build the engine the settings name. Heavy imports happen only for the chosen one."""
     if settings.kind == "llamacpp":
-        from app.engine.llamacpp import LlamaCppEngine
+        from app.engine.llamacpp.engine import LlamaCppEngine
 
         return LlamaCppEngine(settings)
     if settings.kind == "synthetic":
-        from app.engine.synthetic import SyntheticEngine
+        from app.engine.synthetic.engine import SyntheticEngine
 
         return SyntheticEngine(settings)
     if settings.kind == "trtllm":
-        from app.engine.trtllm import TrtLlmEngine
+        from app.engine.trtllm.engine import TrtLlmEngine
 
         return TrtLlmEngine(settings)
     if settings.kind == "openai":
-        from app.engine.openai_remote import OpenAIRemoteEngine
+        from app.engine.openai.engine import OpenAIRemoteEngine
 
         return OpenAIRemoteEngine(settings)
     raise ValueError(

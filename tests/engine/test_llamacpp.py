@@ -23,12 +23,12 @@ from app.engine.base import (
     SamplingParams,
     TextDelta,
 )
-from app.engine.llamacpp import LlamaCppEngine
-from app.engine.llamacpp_native import EXACT_ROWS, exact_slices
-from app.engine.llamacpp_prefix_cache import PrefixCache, common_prefix_len
-from app.engine.llamacpp_scheduler import FIRST_CHUNK, Scheduler, Sequence
-from app.engine.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
-from app.engine.step_clock import MIN_PREFILL, StepClock
+from app.engine.llamacpp.engine import LlamaCppEngine
+from app.engine.llamacpp.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
+from app.engine.llamacpp.native import EXACT_ROWS, exact_slices
+from app.engine.llamacpp.prefix_cache import PrefixCache, common_prefix_len
+from app.engine.llamacpp.scheduler import FIRST_CHUNK, Scheduler, Sequence
+from app.engine.llamacpp.step_clock import MIN_PREFILL, StepClock
 from app.settings import EngineSettings
 from tests.engine.streams import collect
 
@@ -108,7 +108,7 @@ def test_missing_distribution_is_a_clear_error() -> None:
 
 
 def _seq(rid: str, prompt_len: int, max_tokens: int, owner: str | None = None) -> Sequence:
-    return Sequence(rid, GREEDY, list(range(prompt_len)), max_tokens, time.time(), owner=owner)
+    return Sequence(GREEDY, list(range(prompt_len)), max_tokens, request_id=rid, owner=owner)
 
 
 def test_admission_is_fifo_and_bounded_by_kv_cells_and_slots() -> None:
@@ -314,7 +314,7 @@ def test_admission_evicts_cache_entries_before_waiting() -> None:
         plan = sched.cache.plan_store(tokens)
         assert plan is not None
         sched.cache.commit_store(plan, tokens)
-    newcomer = Sequence("n", GREEDY, [2] * 30 + [3], 10, time.time())
+    newcomer = Sequence(GREEDY, [2] * 30 + [3], 10, request_id="n")
     sched.waiting.append(newcomer)
     evicted = []
     assert list(sched.admit(evict=evicted.append)) == [newcomer]
@@ -398,7 +398,7 @@ async def test_concurrent_requests_match_each_alone() -> None:
     This holds because flash attention (with fewer than 64 tokens per graph) walks each query's own
     KV cells in cell order and skips the others exactly. Two things llama.cpp does would still
     perturb the rounding, so this test avoids them by construction, as documented in
-    `app/engine/llamacpp_native.py`: a sequence finishing mid-batch frees cells that the others'
+    `app/engine/llamacpp/native.py`: a sequence finishing mid-batch frees cells that the others'
     next tokens then fill (cell order no longer follows position order), and a lone sequence over a
     512+ cell window takes the multi-threaded split-KV kernel. So all eight prompts enter in the
     same step (a budget above their total), decode in lockstep and end together at max_tokens.
@@ -583,7 +583,7 @@ def most_repeated(text: str) -> int:
 async def test_penalties_change_a_greedy_reply_on_a_repetitive_prompt(
     engine: LlamaCppEngine,
 ) -> None:
-    """The penalties really apply (app/engine/llamacpp_sampling.py): on a prompt that makes
+    """The penalties really apply (app/engine/llamacpp/sampling.py): on a prompt that makes
     SmolLM2 repeat itself, greedy output changes and repeats itself less."""
     plain = SamplingParams(max_tokens=60, temperature=0.0)
     base, _, _ = await run(engine, "rep-base", REPETITIVE, plain)

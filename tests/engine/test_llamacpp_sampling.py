@@ -1,4 +1,4 @@
-"""The numpy sampler (app/engine/llamacpp_sampling.py) against llama.cpp's definitions of each step
+"""The numpy sampler (app/engine/llamacpp/sampling.py) against llama.cpp's definitions of each step
 of its chain (src/llama-sampler.cpp), on hand-made logits: no model needed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.engine.base import SamplingParams
-from app.engine.llamacpp_sampling import TokenSampler, _pick
+from app.engine.llamacpp.sampling import TokenSampler, _pick
 
 
 def logits(*values: float, size: int = 0) -> np.ndarray:

@@ -1,5 +1,5 @@
 """ENGINE=openai's bookkeeping without a server: routing across upstreams, up and down, and the
-wire format (what app/engine/openai_remote.py does with them runs against real llama-servers in
+wire format (what app/engine/openai/engine.py does with them runs against real llama-servers in
 tests/engine/test_engine_contract.py and tests/serving/test_live_remote_engine.py)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from app.engine.base import SamplingParams
-from app.engine.openai_stream import UpstreamProtocolError, chat_body, error_message, parse_chunk
-from app.engine.openai_upstreams import Upstream, UpstreamPool
+from app.engine.openai.stream import UpstreamProtocolError, chat_body, error_message, parse_chunk
+from app.engine.openai.upstreams import Upstream, UpstreamPool
 
 
 def pool_of(*capacities: int, failures_to_down: int = 2) -> UpstreamPool:

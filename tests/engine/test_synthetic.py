@@ -20,8 +20,8 @@ from app.engine.base import (
     SamplingParams,
     TextDelta,
 )
-from app.engine.synthetic import SyntheticEngine
-from app.engine.synthetic_text import prompt_token_count, render_prompt
+from app.engine.synthetic.engine import SyntheticEngine
+from app.engine.synthetic.text import prompt_token_count, render_prompt
 from app.settings import EngineSettings
 from tests.engine.streams import collect
 

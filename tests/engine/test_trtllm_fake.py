@@ -29,8 +29,8 @@ from app.engine.base import (
     TextDelta,
 )
 from app.engine.streams import EventStream
-from app.engine.trtllm import TrtLlmEngine
-from app.engine.trtllm_setup import SINGLE_PROCESS_ENV, TrtLlmUnavailableError
+from app.engine.trtllm.engine import TrtLlmEngine
+from app.engine.trtllm.setup import SINGLE_PROCESS_ENV, TrtLlmUnavailableError
 from app.settings import EngineSettings
 from tests.engine.streams import collect
 from tests.fakes import tensorrt_llm as fake
@@ -305,7 +305,7 @@ async def test_trtllm_adapter_against_fake_worker_mode_is_read_once_per_process(
     await first.start()
     await first.shutdown()
     second = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=False))
-    with caplog.at_level(logging.WARNING, logger="app.engine.trtllm_setup"):
+    with caplog.at_level(logging.WARNING, logger="app.engine.trtllm.setup"):
         await second.start()
     try:
         assert fake.LLM.instances[1].in_process is True  # what TensorRT-LLM really does
@@ -332,7 +332,7 @@ async def test_trtllm_adapter_against_fake_logs_version_backend_and_sampler(
     fake_trt: type[fake.LLM], caplog: pytest.LogCaptureFixture
 ) -> None:
     eng = TrtLlmEngine(SETTINGS)
-    with caplog.at_level(logging.INFO, logger="app.engine.trtllm"):
+    with caplog.at_level(logging.INFO, logger="app.engine.trtllm.engine"):
         await eng.start()
     try:
         assert "1.0.0+fake: pytorch backend, TRTLLMSampler" in caplog.text
@@ -348,7 +348,7 @@ async def test_trtllm_adapter_against_fake_reports_queue_and_kv_from_iteration_s
     while they run, and, polled on after the last one ends, an empty queue and cache: stats do
     not go stale between submissions (the old adapter stopped polling when idle and kept the
     last figures it had read)."""
-    monkeypatch.setattr("app.engine.trtllm_stats.STATS_POLL_S", 0.01)
+    monkeypatch.setattr("app.engine.trtllm.stats.STATS_POLL_S", 0.01)
     engine = TrtLlmEngine(SETTINGS)
     await engine.start()
     stats = engine.stats()
@@ -523,7 +523,7 @@ async def test_trtllm_adapter_against_fake_stop_of_a_queued_request_ends_it_at_o
     `_handle_canceled_requests`). Stop must end it `cancelled` at once, with no tokens, and free
     its entry; the old adapter waited for a response that never came (ABORT_GRACE_S, made an
     hour here so that waiting shows as a hang)."""
-    monkeypatch.setattr("app.engine.trtllm.ABORT_GRACE_S", 3600.0)
+    monkeypatch.setattr("app.engine.trtllm.engine.ABORT_GRACE_S", 3600.0)
     fake_trt.script = ["tok "] * 100_000
     running = [
         engine.generate(f"r{i}", USER, SamplingParams(max_tokens=100_000))
@@ -555,7 +555,7 @@ async def test_trtllm_adapter_against_fake_shutdown_with_queued_requests_does_no
 ) -> None:
     """Shutdown with replies in flight, some never scheduled: all end `cancelled` without
     waiting out the abort grace for responses that the queued ones will never get."""
-    monkeypatch.setattr("app.engine.trtllm.ABORT_GRACE_S", 3600.0)
+    monkeypatch.setattr("app.engine.trtllm.engine.ABORT_GRACE_S", 3600.0)
     eng = TrtLlmEngine(SETTINGS)
     await eng.start()
     fake_trt.script = ["tok "] * 100_000

@@ -25,7 +25,7 @@ function checkEveryStep(src, step = 1) {
   return mostFinished;
 }
 
-// What the synthetic engine's [[synthetic:markdown]] replies look like (app/engine/synthetic_markdown.py).
+// What the synthetic engine's [[synthetic:markdown]] replies look like (app/engine/synthetic/markdown.py).
 const REPLY = `# façade a über ありがとう
 
 Some words **bold** \`stream.token.reply.cache(batch=[step, engine, offset])\` more *words*.

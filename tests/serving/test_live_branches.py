@@ -2,7 +2,7 @@
 SSE and the WebSocket.
 
 The synthetic engine counts a prompt exactly (one token per 4 bytes of its `role: content`
-transcript, app/engine/synthetic_text.py), so a reply's prompt token count says which messages
+transcript, app/engine/synthetic/text.py), so a reply's prompt token count says which messages
 its prompt held: the branch contents here differ in length, and each expected count is computed
 from the messages that branch should carry.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.engine.synthetic_text import prompt_token_count, render_prompt
+from app.engine.synthetic.text import prompt_token_count, render_prompt
 from tests.live_server import LiveServer, PageClient, PageStream, SseReader, read_stream, row_counts
 from tests.serving.test_live_websocket import WsReply, open_socket, receive, send_json
 

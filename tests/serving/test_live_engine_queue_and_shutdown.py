@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.trtllm import ABORT_GRACE_S
+from app.engine.trtllm.engine import ABORT_GRACE_S
 from tests.live_server import (
     LiveServer,
     PageClient,

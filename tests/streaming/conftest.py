@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from app.engine.synthetic import SyntheticEngine
+from app.engine.synthetic.engine import SyntheticEngine
 from app.streaming.manager import GenerationManager
 from tests.streaming.core import MemoryRecorder, engine_settings
 

@@ -1,7 +1,7 @@
 """In-process helpers for the streaming core: the synthetic engine and an in-memory recorder.
 
 Nothing here is a mock of the streaming core: the Generation, Subscriber, GenerationManager and
-FinalSaver under test are the real ones, driven by the real synthetic engine (app/engine/synthetic.py,
+FinalSaver under test are the real ones, driven by the real synthetic engine (app/engine/synthetic/engine.py,
 the engine contract without a model). Only persistence is replaced, by `MemoryRecorder`, a faithful
 implementation of the `Recorder` protocol (app/streaming/manager.py) that can be told to stall or
 to refuse a save, so that the final-after-save rules can be pinned down without a database; and by

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from app.engine.base import SamplingParams
-from app.engine.synthetic import SyntheticEngine
+from app.engine.synthetic.engine import SyntheticEngine
 from app.streaming.events import Final, Status
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager

@@ -1,6 +1,6 @@
 """A FAKE `tensorrt_llm` (1.0.x, PyTorch backend): the part of its LLM API that streamchat uses.
 
-TensorRT-LLM needs an NVIDIA GPU and cannot run here, so `app.engine.trtllm` is tested against this
+TensorRT-LLM needs an NVIDIA GPU and cannot run here, so `app.engine.trtllm.engine` is tested against this
 stand-in: in-process (tests put it in `sys.modules`) and in a real server process (a test server
 gets `PYTHONPATH=tests/fakes`, so that `import tensorrt_llm` finds this package). It is not
 TensorRT-LLM; every behaviour below is modelled on NVIDIA/TensorRT-LLM's own sources, cited where

@@ -6,51 +6,42 @@
         ...
 
 Loading: the GGUF file, its chat template and llama.cpp's context, sized from the settings. The
-stepping runs in `llamacpp_loop.StepLoop`'s thread; this side only hands it requests and aborts
-from the event loop, and never blocks on it. Requests made in one event-loop tick reach the same
-step boundary (see `_hand_over`). `abort` only flags the sequence and wakes the loop; the loop ends
-it at the next step boundary.
+stepping runs in `loop.StepLoop`'s thread; this side only hands it requests and aborts
+through its queue from the event loop, and never blocks on it. Requests made in one event-loop tick
+reach the same step boundary (see `_hand_over`). An abort is queued behind them; the loop ends the
+sequence at the next step boundary. The open requests' table (`app.engine.requests`) is the event
+loop's; the sequences in the scheduler are the loop thread's alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator
 
-from app.engine.base import (
-    ChatMessages,
-    DuplicateRequestError,
-    EngineError,
-    EngineEvent,
-    EngineStats,
-    EngineUnavailableError,
-    PromptTooLongError,
-    SamplingParams,
-)
+from app.engine.base import ChatMessages, EngineError, EngineStats, SamplingParams
 from app.engine.chat_template import ChatTemplate
 from app.engine.detokenizer import IncrementalDetokenizer
-from app.engine.llamacpp_loop import StepLoop
-from app.engine.llamacpp_native import ContextConfig, NativeModel
-from app.engine.llamacpp_prefix_cache import common_prefix_len
-from app.engine.llamacpp_scheduler import Scheduler, Sequence
-from app.engine.model_files import resolve_model_path
-from app.engine.step_clock import StepClock
-from app.engine.streams import EventStream
+from app.engine.llamacpp.loop import StepLoop
+from app.engine.llamacpp.model_files import resolve_model_path
+from app.engine.llamacpp.native import ContextConfig, NativeModel
+from app.engine.llamacpp.prefix_cache import common_prefix_len
+from app.engine.llamacpp.scheduler import Scheduler, Sequence
+from app.engine.llamacpp.step_clock import StepClock
+from app.engine.requests import TableEngine, reply_room
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
 
-class LlamaCppEngine:
-    """`Engine` over llama.cpp's C API; the stepping itself is `llamacpp_loop.StepLoop`."""
+class LlamaCppEngine(TableEngine[Sequence]):
+    """`Engine` over llama.cpp's C API; the stepping itself is `loop.StepLoop`."""
 
     def __init__(
         self, settings: EngineSettings, *, flash_attn: bool = True, prefix_cache: int = 8
     ) -> None:
         """`prefix_cache`: how many finished sequences keep their cells for reuse (0: none); they
-        keep at most an eighth of the KV pool (see `llamacpp_prefix_cache`)."""
+        keep at most an eighth of the KV pool (see `prefix_cache`)."""
+        super().__init__()
         self.settings = settings
         self._flash_attn = flash_attn
         self._model_path = resolve_model_path(settings.model_path)
@@ -64,13 +55,11 @@ class LlamaCppEngine:
             max_step_tokens=settings.max_step_tokens,
             cache_entries=prefix_cache,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
         self._pending: list[Sequence] = []  # generated this event-loop tick, not yet handed over
         self._n_handed = 0  # sequences handed to the loop thread (the event loop writes)
-        self._open: dict[str, Sequence] = {}  # request id -> sequence, until it finishes
         clock = StepClock(stretch=settings.step_stretch, floor_s=settings.step_floor_ms / 1000)
-        self._steps = StepLoop(self._sched, self._open, clock)
+        self._steps = StepLoop(self._sched, clock, self.requests.deliver)
         self._kv_total = settings.kv_cells
 
     # --- Engine protocol -------------------------------------------------------------------------
@@ -135,40 +124,35 @@ class LlamaCppEngine:
         self._hand_over()  # whatever this tick generated ends with the rest
         await self._steps.stop()
 
-    def generate(
-        self,
-        request_id: str,
-        messages: ChatMessages,
-        params: SamplingParams,
-        *,
-        owner: str | None = None,
-    ) -> AsyncIterator[EngineEvent]:
+    def _unavailable(self) -> str | None:
+        loaded = self._native is not None and self._template is not None
+        ready = self._accepting and self._steps.alive and loaded
+        return None if ready else "the llama.cpp engine is not running"
+
+    def _open(
+        self, request_id: str, messages: ChatMessages, params: SamplingParams, owner: str | None
+    ) -> Sequence:
         native, template = self._native, self._template
-        if not (self._accepting and self._steps.alive) or native is None or template is None:
-            raise EngineUnavailableError("the llama.cpp engine is not running")
-        if request_id in self._open:
-            raise DuplicateRequestError(f"request {request_id!r} is already running")
+        assert native is not None and template is not None
         prompt = native.tokenize(template.render(messages))
-        if len(prompt) >= self._context_size:
-            raise PromptTooLongError(len(prompt), self._context_size)
+        max_tokens = reply_room(len(prompt), self._context_size, params)
         if not prompt:
             raise EngineError("the rendered prompt is empty")
-        stream = EventStream(request_id, self.abort)
-        seq = Sequence(
+        return Sequence(
+            params,
+            prompt,
+            max_tokens,
             request_id=request_id,
-            params=params,
-            prompt=prompt,
-            max_tokens=min(params.max_tokens, self._context_size - len(prompt)),
-            queued_at=time.time(),
+            prompt_tokens=len(prompt),
             owner=owner,
-            stream=stream,
             detok=IncrementalDetokenizer(stop=params.stop),
+            sink=self._steps.emit,  # events leave the loop thread once per step
         )
-        self._open[request_id] = seq
+
+    def _submit(self, seq: Sequence) -> None:
         if not self._pending:
             self._loop.call_soon(self._hand_over)  # type: ignore[union-attr]
         self._pending.append(seq)
-        return stream
 
     def _hand_over(self) -> None:
         """Pass this tick's new requests to the loop thread in one go.
@@ -181,11 +165,8 @@ class LlamaCppEngine:
             self._n_handed += len(batch)
             self._steps.submit(batch)
 
-    def abort(self, request_id: str) -> None:
-        seq = self._open.get(request_id)
-        if seq is None or seq.cancel_requested:
-            return
-        seq.cancel_requested = True
+    def _abort(self, seq: Sequence) -> None:
+        self._hand_over()  # the loop takes its queue in order: the request first, then its abort
         self._steps.cancel(seq)
 
     def stats(self) -> EngineStats:

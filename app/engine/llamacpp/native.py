@@ -93,7 +93,7 @@ greedy reply would then change with everyone else's traffic (ggml/src/ggml-cpu/o
 
 So an exact step is decoded in graphs of 2 to EXACT_ROWS rows (`NativeModel.decode(max_rows=)`),
 and a lone token gets a pad token beside it: see `PAD_TOKEN_POS` and `StepLoop._decode`
-(app/engine/llamacpp_loop.py), which asks for exactness only where a greedy reply needs it."""
+(app/engine/llamacpp/loop.py), which asks for exactness only where a greedy reply needs it."""
 
 PAD_TOKEN_POS = 0
 """Where the engine's pad token sits in its own scratch sequence (dropped again after the step)."""

@@ -13,7 +13,7 @@ Markers, read from the last user message only (so that a conversation can carry 
 - ``[[synthetic:tokens=N]]``: the reply is exactly N tokens long (then `stop`), unless `max_tokens`
   or the context cuts it first (`length`). Handy to give every request of a load test the same cost.
 - ``[[synthetic:markdown]]``: the reply is Markdown-heavy (headings, nested lists, tables, fenced
-  code blocks, long inline code; synthetic_markdown.py), to measure how the page renders it.
+  code blocks, long inline code; markdown.py), to measure how the page renders it.
 """
 
 from __future__ import annotations

@@ -31,8 +31,9 @@ from typing import Any
 
 from app.engine.base import SamplingParams
 from app.engine.fair_queue import FairQueue
-from app.engine.llamacpp_prefix_cache import Entry, PrefixCache
-from app.engine.step_clock import MIN_PREFILL
+from app.engine.llamacpp.prefix_cache import Entry, PrefixCache
+from app.engine.llamacpp.step_clock import MIN_PREFILL
+from app.engine.requests import RequestState
 
 # Beside decoding streams, a prompt's first chunk takes at most this many tokens and each next
 # one at most twice the last: a token deep in a long prompt attends to all before it and costs
@@ -48,31 +49,22 @@ class SeqState(Enum):
 
 
 @dataclass(eq=False, slots=True)
-class Sequence:
-    """One request's life inside the engine."""
+class Sequence(RequestState):
+    """One request's life inside the engine: its output side (`RequestState`) and its place in
+    the batch."""
 
-    request_id: str
     params: SamplingParams
     prompt: list[int]
     max_tokens: int  # already capped so prompt + reply fits the per-sequence context
-    queued_at: float
-    admitted_at: float | None = None
-    owner: str | None = None  # whom it is for: fair admission, prefix-cache scope
-    stream: Any = None  # the EventStream (engine-owned; opaque here)
-    detok: Any = None  # the IncrementalDetokenizer
     state: SeqState = SeqState.WAITING
     slot: int = -1  # llama.cpp seq_id while running
-    sampler: Any = None  # its TokenSampler (llamacpp_sampling) while running
+    sampler: Any = None  # its TokenSampler (sampling) while running
     n_cached: int = 0  # tokens of this sequence in the KV cache
     next_token: int = -1  # sampled, to be decoded next step
-    completion_tokens: int = 0
-    first_token_at: float | None = None
     generated: list[int] = field(default_factory=list)  # every sampled token, in order
-    unsent_ids: list[int] = field(default_factory=list)  # sampled tokens not yet in a TextDelta
-    cancel_requested: bool = False
     batch_index: int = -1  # where this step's logits for it are, -1 for none
     last_chunk: int = 0  # prompt tokens its previous chunk took (slow start, see `plan`)
-    exact: bool = True  # all its cells from exact graphs (llamacpp_prefix_cache, `Entry.exact`)
+    exact: bool = True  # all its cells from exact graphs (prefix_cache, `Entry.exact`)
 
     @property
     def kv_reserve(self) -> int:

@@ -29,7 +29,7 @@ prefills it once at start (`pin`) and it is never evicted, so every request find
 says nothing about anyone's traffic, and a reply computed over it is the same whoever came before.
 
 Entries also say whether their cells are exact: computed only in graphs whose flash attention
-skips other sequences' cells exactly (llamacpp_native.py, `EXACT_ROWS`). A greedy prompt reuses only
+skips other sequences' cells exactly (native.py, `EXACT_ROWS`). A greedy prompt reuses only
 exact entries, so that a greedy reply stays the same whatever else ran beside the cells it reuses;
 a sampled prompt reuses any of its owner's.
 

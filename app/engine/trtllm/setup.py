@@ -153,7 +153,7 @@ def sampling_kwargs(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
     """Our sampling parameters as TensorRT-LLM `SamplingParams` keyword arguments.
 
     Greedy is `top_k=1` (TensorRT-LLM's own notion of greedy decoding) rather than temperature 0,
-    which not every backend accepts. Stop strings are left out on purpose (see `app.engine.trtllm`).
+    which not every backend accepts. Stop strings are left out on purpose (see `app.engine.trtllm.engine`).
     """
     kwargs: dict[str, Any] = {"max_tokens": max_tokens, "detokenize": True}
     if params.greedy:

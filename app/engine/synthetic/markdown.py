@@ -9,7 +9,7 @@ written) when the page renders.
 
 from __future__ import annotations
 
-from app.engine.synthetic_text import WORDS, ReplyGenerator
+from app.engine.synthetic.text import WORDS, ReplyGenerator
 
 _IDENTS = ("stream", "token", "reply", "cache", "batch", "step", "engine", "offset", "delta")
 _LANGS = ("python", "js", "sql", "bash", "")

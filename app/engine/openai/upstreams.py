@@ -4,7 +4,7 @@ Pure bookkeeping (the engine does the HTTP): each `Upstream` counts what it is s
 fared; `UpstreamPool.pick` chooses among those that are up and have a free slot the one with the
 fewest requests outstanding (ties: the one sent fewest so far, so an idle pair takes turns), and
 `failed` marks an upstream down after `failures_to_down` failures in a row. What brings it back is
-a successful health check (`probe` in app/engine/openai_remote.py), never a request: a down
+a successful health check (`probe` in app/engine/openai/engine.py), never a request: a down
 upstream is sent nothing.
 """
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from app.engine.openai_upstreams import Upstream, UpstreamPool
+from app.engine.openai.upstreams import Upstream, UpstreamPool
 
 log = logging.getLogger(__name__)
 

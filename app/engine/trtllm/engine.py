@@ -3,8 +3,8 @@
 TensorRT-LLM batches, schedules and manages the KV cache itself; this adapter turns its per-request
 async streams into our events. What it relies on was read in NVIDIA/TensorRT-LLM's sources (1.0
 and the newer releases; paths relative to `tensorrt_llm/`), cited where it is used; finding and
-configuring TensorRT-LLM (version, sampler, worker process) is `trtllm_setup`, what its refusals and
-endings mean here `trtllm_errors`, its iteration stats `trtllm_stats`.
+configuring TensorRT-LLM (version, sampler, worker process) is `setup`, what its refusals and
+endings mean here `errors`, its iteration stats `stats`.
 
 - the prompt is the model's chat template, tokenised once here (`add_special_tokens=False`: the
   template holds BOS already) and handed to `LLM.generate_async` as token ids, so TensorRT-LLM does
@@ -26,13 +26,13 @@ endings mean here `trtllm_errors`, its iteration stats `trtllm_stats`.
   `update_waiting_queue`): it ends `cancelled` at once, with no tokens, and whatever TensorRT-LLM
   still sends for it is drained and ignored;
 - refusals become `EngineError` / `PromptTooLongError` (a 400), a shut-down LLM
-  `EngineUnavailableError` (see `trtllm_errors`).
+  `EngineUnavailableError` (see `errors`).
 
 `kv_cells` and the step settings (`step_stretch`, `max_step_tokens`) do not apply (TensorRT-LLM
 sizes its KV cache from free GPU memory and schedules tokens itself); `max_seqs` becomes
 `max_batch_size`, `context_size`
 `max_seq_len`. `stats()`: `running` is our requests in flight; queue depth and KV use come from
-TensorRT-LLM's iteration stats (see `trtllm_stats`).
+TensorRT-LLM's iteration stats (see `stats`).
 """
 
 from __future__ import annotations
@@ -42,27 +42,23 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from app.engine.base import (
     ChatMessages,
-    DuplicateRequestError,
     EngineError,
     EngineStats,
     EngineUnavailableError,
-    Finished,
     FinishReason,
-    PromptTooLongError,
     SamplingParams,
-    TextDelta,
 )
 from app.engine.detokenizer import IncrementalDetokenizer
-from app.engine.streams import EventStream, hop_to_loop
-from app.engine.trtllm_errors import NeverRaised, backend_ending, refusal, request_error_type
-from app.engine.trtllm_setup import (
+from app.engine.requests import RequestState, TableEngine, reply_room
+from app.engine.trtllm.errors import NeverRaised, backend_ending, refusal, request_error_type
+from app.engine.trtllm.setup import (
     DEFAULT_MODEL,
     INSTALL_HINT,
     TrtLlmUnavailableError,
@@ -74,7 +70,7 @@ from app.engine.trtllm_setup import (
     sampling_kwargs,
     tensorrt_llm_installed,
 )
-from app.engine.trtllm_stats import IterationStats
+from app.engine.trtllm.stats import IterationStats
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -83,29 +79,21 @@ ABORT_GRACE_S = 5.0  # an aborted request ends by then even if TensorRT-LLM neve
 
 
 @dataclass(slots=True, eq=False)
-class _Request:
-    request_id: str
-    stream: EventStream
+class _Request(RequestState):
     output: Any  # tensorrt_llm RequestOutput
-    prompt_tokens: int
-    detok: IncrementalDetokenizer
-    queued_at: float
-    generated: int = 0
     responses: int = 0  # responses TensorRT-LLM has sent: 0 means it may still be queued
-    first_token_at: float | None = None
-    unsent_ids: list[int] = field(default_factory=list)
-    aborted: bool = False  # abort() or shutdown: ends with cancelled
     abort_sent: bool = False  # RequestOutput.abort() was called
     stop_string: bool = False  # we ended it on a stop string
     task: asyncio.Task[None] | None = None
 
 
-class TrtLlmEngine:
+class TrtLlmEngine(TableEngine[_Request]):
     """The engine contract on TensorRT-LLM's LLM API (see the module docstring)."""
 
     def __init__(self, settings: EngineSettings) -> None:
         if not tensorrt_llm_installed():
             raise TrtLlmUnavailableError(INSTALL_HINT)
+        super().__init__()
         self._settings = settings
         self._model = settings.model_path or DEFAULT_MODEL
         self._context_size = settings.context_size
@@ -114,13 +102,11 @@ class TrtLlmEngine:
         self._tokenizer: Any = None
         self._request_error: type[BaseException] = NeverRaised  # until started
         self._accepting = False
-        self._requests: dict[str, _Request] = {}  # streams not yet finished
         self._pumps: set[asyncio.Task[None]] = set()  # still following a TensorRT-LLM request
         self._tokens = 0
         self._finish_counts: Counter[str] = Counter()  # how TensorRT-LLM requests ended
         self._iteration_stats = IterationStats()
         self._stats_task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.in_process: bool | None = None  # the worker mode in effect, once started
         self.sampler: str | None = None  # the sampler chosen, once started
 
@@ -176,7 +162,7 @@ class TrtLlmEngine:
 
     async def shutdown(self) -> None:
         self._accepting = False
-        requests = list(self._requests.values())
+        requests = list(self.requests)
         for req in requests:
             self._cancel(req)
         answered = [r.task for r in requests if r.task is not None and r.responses]
@@ -187,8 +173,7 @@ class TrtLlmEngine:
             task.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
         for req in requests:
-            self._finish(req, FinishReason.CANCELLED)
-        self._requests.clear()
+            req.finish(FinishReason.CANCELLED)
         if self._stats_task is not None:
             self._stats_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -198,24 +183,23 @@ class TrtLlmEngine:
         if llm is not None:
             await asyncio.to_thread(llm.shutdown)
 
-    def generate(
+    def _unavailable(self) -> str | None:
+        if not self._accepting or self._llm is None or self._trt is None:
+            return "the TensorRT-LLM engine is not running"
+        return None
+
+    def _open(
         self,
         request_id: str,
         messages: ChatMessages,
         params: SamplingParams,
-        *,
-        owner: str | None = None,  # unused: TensorRT-LLM's own scheduler admits requests
-    ) -> EventStream:
-        if not self._accepting or self._llm is None or self._trt is None:
-            raise EngineUnavailableError("the TensorRT-LLM engine is not running")
-        if request_id in self._requests:
-            raise DuplicateRequestError(f"request {request_id!r} is already running")
+        owner: str | None,  # unused: TensorRT-LLM's own scheduler admits requests
+    ) -> _Request:
+        assert self._trt is not None
         # Before anything reaches TensorRT-LLM: its result needs this loop (executor/result.py).
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
         token_ids = self._tokenize(messages)
-        if len(token_ids) + 1 > self._context_size:
-            raise PromptTooLongError(len(token_ids), self._context_size)
-        max_tokens = min(params.max_tokens, self._context_size - len(token_ids))
+        max_tokens = reply_room(len(token_ids), self._context_size, params)
         try:
             trt_params = self._trt.SamplingParams(**sampling_kwargs(params, max_tokens))
             output = self._llm.generate_async(token_ids, trt_params, streaming=True)
@@ -225,38 +209,30 @@ class TrtLlmEngine:
                 self._accepting = False
                 log.error("TensorRT-LLM has shut down: %r", exc)
             raise error from exc
-        req = _Request(
+        return _Request(
             request_id=request_id,
-            stream=EventStream(request_id, self.abort),
             output=output,
             prompt_tokens=len(token_ids),
             detok=IncrementalDetokenizer(stop=params.stop),
-            queued_at=time.time(),
         )
-        self._requests[request_id] = req
+
+    def _submit(self, req: _Request) -> None:
+        assert self._loop is not None
         self._iteration_stats.requested = True
-        req.task = loop.create_task(self._pump(req), name=f"trtllm-{request_id}")
+        req.task = self._loop.create_task(self._pump(req), name=f"trtllm-{req.request_id}")
         self._pumps.add(req.task)
         req.task.add_done_callback(self._pumps.discard)
-        return req.stream
 
-    def abort(self, request_id: str) -> None:
-        loop = self._loop
-        if loop is None:
-            return
-        if hop_to_loop(loop, self.abort, request_id):  # from another thread: never block
-            return
-        req = self._requests.get(request_id)
-        if req is None or req.aborted or req.stream.finished:
-            return
+    def _abort(self, req: _Request) -> None:
+        assert self._loop is not None
         self._cancel(req)
-        loop.call_later(ABORT_GRACE_S, self._abort_deadline, req)
+        self._loop.call_later(ABORT_GRACE_S, self._abort_deadline, req)
 
     def stats(self) -> EngineStats:
         extra = {f"trt_finish_{k}": float(v) for k, v in self._finish_counts.items()}
         if self.in_process is not None:
             extra["trt_in_process"] = float(self.in_process)
-        return self._iteration_stats.engine_stats(len(self._requests), self._tokens, extra)
+        return self._iteration_stats.engine_stats(len(self.requests), self._tokens, extra)
 
     # -- per request ----------------------------------------------------------------------------
 
@@ -281,51 +257,35 @@ class TrtLlmEngine:
                 completion = out.outputs[0]
                 if out.finished:
                     trt_reason = completion.finish_reason
-                if req.stream.finished or req.aborted:
+                if req.done or req.aborted:
                     continue  # ended on our side: drain until TensorRT-LLM lets go of it
                 self._take(req, completion.token_ids_diff, completion.text_diff)
         except asyncio.CancelledError:
-            self._finish(req, FinishReason.CANCELLED)
+            req.finish(FinishReason.CANCELLED)
             raise
         except Exception as exc:
             log.warning("TensorRT-LLM request %s failed: %r", req.request_id, exc)
-            self._finish(req, FinishReason.ERROR, error=f"TensorRT-LLM failed: {exc}")
+            req.finish(FinishReason.ERROR, f"TensorRT-LLM failed: {exc}")
         else:
             self._finish_backend(req, trt_reason)
         finally:
             outcome = "stop_string" if req.stop_string else trt_reason or "unconfirmed"
             self._finish_counts[outcome] += 1
-            self._release(req)
 
     def _take(self, req: _Request, token_ids: list[int], text: str) -> None:
-        if token_ids:
-            req.generated += len(token_ids)
-            self._tokens += len(token_ids)
-            req.unsent_ids.extend(token_ids)
-            if req.first_token_at is None:
-                req.first_token_at = time.time()
-        stable, stopped = req.detok.push(text) if text else ("", False)
-        self._emit(req, stable)
-        if stopped:
+        self._tokens += len(token_ids)
+        if req.tokens(token_ids, text, time.time()):  # a stop string
             req.stop_string = True
-            self._finish(req, FinishReason.STOP)
-            self._release(req)
+            req.finish(FinishReason.STOP)
             self._abort_backend(req)
 
-    def _finish_backend(self, req: _Request, trt_reason: str | None) -> None:
+    @staticmethod
+    def _finish_backend(req: _Request, trt_reason: str | None) -> None:
         """TensorRT-LLM says the request is over: end our stream the way it ended."""
-        if req.stream.finished:
-            return
         if req.aborted:
-            self._finish(req, FinishReason.CANCELLED)
-            return
-        reason, error = backend_ending(trt_reason)
-        if error is not None:
-            self._finish(req, reason, error=error)
-            return
-        if reason is not FinishReason.CANCELLED:
-            self._emit(req, req.detok.flush())
-        self._finish(req, reason)
+            req.finish(FinishReason.CANCELLED)
+        else:
+            req.finish(*backend_ending(trt_reason))
 
     def _cancel(self, req: _Request) -> None:
         """Stop or shutdown: ask TensorRT-LLM to cancel; a request it never answered may be in its
@@ -333,12 +293,7 @@ class TrtLlmEngine:
         req.aborted = True
         self._abort_backend(req)
         if req.responses == 0:
-            self._finish(req, FinishReason.CANCELLED)
-            self._release(req)
-
-    def _release(self, req: _Request) -> None:
-        if self._requests.get(req.request_id) is req:
-            del self._requests[req.request_id]
+            req.finish(FinishReason.CANCELLED)
 
     def _abort_backend(self, req: _Request) -> None:
         if req.abort_sent or req.output.finished:
@@ -350,28 +305,8 @@ class TrtLlmEngine:
             log.debug("RequestOutput.abort() for %s failed: %r", req.request_id, exc)
 
     def _abort_deadline(self, req: _Request) -> None:
-        if not req.stream.finished:
+        if not req.done:
             log.warning("TensorRT-LLM did not confirm abort of %s in time", req.request_id)
-            self._finish(req, FinishReason.CANCELLED)
+            req.finish(FinishReason.CANCELLED)
         if req.task is not None and not req.task.done():
             req.task.cancel()  # nothing more will come for it (a request dropped while queued)
-
-    @staticmethod
-    def _emit(req: _Request, text: str) -> None:
-        if text:
-            req.stream.push(TextDelta(text=text, token_ids=tuple(req.unsent_ids)))
-            req.unsent_ids.clear()
-
-    @staticmethod
-    def _finish(req: _Request, reason: FinishReason, error: str | None = None) -> None:
-        req.stream.push(
-            Finished(
-                reason=reason,
-                prompt_tokens=req.prompt_tokens,
-                completion_tokens=req.generated,
-                queued_at=req.queued_at,
-                first_token_at=req.first_token_at,
-                finished_at=time.time(),
-                error=error,
-            )
-        )

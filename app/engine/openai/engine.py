@@ -12,14 +12,14 @@ Each request is one asyncio task streaming `POST /chat/completions` from one ups
   upstream at most as many requests as it has slots: llama-server keeps a request it has queued
   and prefills it later even when its client has closed, so a request the app holds back is one
   Stop can drop for free.
-- Routing (app/engine/openai_upstreams.py): the least-loaded upstream that is up; a failure
+- Routing (app/engine/openai/upstreams.py): the least-loaded upstream that is up; a failure
   before the first token fails over to another, never after one (the text would be duplicated):
   then the reply ends `error` with what it had. Health checks (`GET /models`) mark upstreams down
   and back up.
 - The upstream's text already comes as text (llama-server never sends half a UTF-8 character:
   tools/server/server-context.cpp, `validate_utf8`), but stop strings are applied here as well,
   with the same hold-back as the local engines, for servers that do not take `stop`.
-One request's state and events: app/engine/openai_request.py.
+One request's state: app/engine/openai/request.py; its events: app/engine/requests.py.
 """
 
 from __future__ import annotations
@@ -32,26 +32,24 @@ import httpx
 
 from app.engine.base import (
     ChatMessages,
-    DuplicateRequestError,
     EngineStats,
     EngineUnavailableError,
     FinishReason,
-    PromptTooLongError,
     SamplingParams,
 )
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.fair_queue import FairQueue
-from app.engine.openai_health import HealthChecks, describe
-from app.engine.openai_request import UpstreamRequest
-from app.engine.openai_stream import (
+from app.engine.openai.health import HealthChecks, describe
+from app.engine.openai.request import UpstreamRequest
+from app.engine.openai.stream import (
     FINISH_REASONS,
     UpstreamProtocolError,
     chat_body,
     chunks,
     error_message,
 )
-from app.engine.openai_upstreams import Upstream, UpstreamPool
-from app.engine.streams import EventStream, hop_to_loop
+from app.engine.openai.upstreams import Upstream, UpstreamPool
+from app.engine.requests import TableEngine, reply_room
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -65,12 +63,13 @@ class _Failed(Exception):
     """This attempt failed; whether another upstream may retry depends on what was sent."""
 
 
-class OpenAIRemoteEngine:
+class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
     """`Engine` over upstream OpenAI-compatible servers (see the module docstring)."""
 
     def __init__(self, settings: EngineSettings) -> None:
         if not settings.upstreams:
             raise ValueError("ENGINE=openai needs ENGINE_UPSTREAMS=http://host:port/v1,...")
+        super().__init__()
         self._settings = settings
         self._pool = UpstreamPool(
             (
@@ -81,12 +80,10 @@ class OpenAIRemoteEngine:
         )
         self._model_name = settings.model_path or ""
         self._context_size = settings.context_size
-        self._open: dict[str, UpstreamRequest] = {}
         self._waiting: FairQueue[UpstreamRequest] = FairQueue(lambda r: r.owner)
         self._client: httpx.AsyncClient | None = None
         self._health: HealthChecks | None = None
         self._prober: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
         self._tokens = 0
         self._failovers = 0
@@ -154,61 +151,48 @@ class OpenAIRemoteEngine:
         prober, self._prober = self._prober, None
         if prober is not None:
             prober.cancel()
-        tasks = [r.task for r in self._open.values() if r.task is not None]
+        tasks = [r.task for r in self.requests if r.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, *([prober] if prober else []), return_exceptions=True)
-        for req in list(self._open.values()):
+        for req in self.requests:
             self._end(req, FinishReason.CANCELLED)
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
 
-    def generate(
-        self,
-        request_id: str,
-        messages: ChatMessages,
-        params: SamplingParams,
-        *,
-        owner: str | None = None,
-    ) -> EventStream:
+    def _unavailable(self) -> str | None:
         if not self._accepting or self._loop is None:
-            raise EngineUnavailableError("the openai engine is not running")
-        if why := self._pool.unavailable():
-            raise EngineUnavailableError(why)
-        if request_id in self._open:
-            raise DuplicateRequestError(f"request {request_id!r} is already running")
+            return "the openai engine is not running"
+        return self._pool.unavailable()
+
+    def _open(
+        self, request_id: str, messages: ChatMessages, params: SamplingParams, owner: str | None
+    ) -> UpstreamRequest:
         prompt_bytes = sum(len(str(m.get("content", "")).encode()) for m in messages)
-        at_least = -(-prompt_bytes // MAX_BYTES_PER_TOKEN)
-        if at_least + 1 > self._context_size:
-            raise PromptTooLongError(at_least, self._context_size)
-        req = UpstreamRequest(
+        reply_room(-(-prompt_bytes // MAX_BYTES_PER_TOKEN), self._context_size, params)
+        return UpstreamRequest(
             request_id=request_id,
             body=chat_body(self._model_name, messages, params),
             owner=owner,
-            stream=EventStream(request_id, self.abort),
             detok=IncrementalDetokenizer(stop=params.stop),
-            queued_at=time.time(),
         )
-        self._open[request_id] = req
-        req.task = self._loop.create_task(self._serve(req), name=f"openai-{request_id}")
+
+    def _submit(self, req: UpstreamRequest) -> None:
+        assert self._loop is not None
+        req.task = self._loop.create_task(self._serve(req), name=f"openai-{req.request_id}")
         # A task cancelled before it ever ran never runs its body: end the request here then.
         req.task.add_done_callback(lambda _: self._end(req, FinishReason.CANCELLED))
-        return req.stream
 
-    def abort(self, request_id: str) -> None:
-        loop = self._loop
-        if loop is not None and hop_to_loop(loop, self.abort, request_id):
-            return
-        req = self._open.get(request_id)
-        if req is not None and req.task is not None:
+    def _abort(self, req: UpstreamRequest) -> None:
+        if req.task is not None:
             req.task.cancel()  # the upstream stream closes as the task unwinds
 
     def stats(self) -> EngineStats:
         running = self._pool.in_flight
         return EngineStats(
             running=running,
-            waiting=len(self._open) - running,
+            waiting=len(self.requests) - running,
             kv_used=0,  # the upstreams' own business
             kv_total=0,
             steps=0,
@@ -251,7 +235,7 @@ class OpenAIRemoteEngine:
                     log.warning("upstream %s marked down: %s", upstream.base_url, exc)
                     self._admit()
                 self._release(req)
-                if req.chunks:  # text went out: a retry would repeat it
+                if req.completion_tokens:  # text went out: a retry would repeat it
                     return (
                         FinishReason.ERROR,
                         f"upstream {upstream.base_url} failed mid-reply: {exc}",
@@ -323,12 +307,11 @@ class OpenAIRemoteEngine:
                         return FinishReason.ERROR, f"the upstream refused the request: {message}"
                     async for chunk in chunks(response):
                         if chunk.text:
-                            if not req.chunks:
+                            if not req.completion_tokens:
                                 deadline.reschedule(None)  # from now on httpx's read timeout
-                                req.first_token_at = time.time()
                                 upstream.record_ttft(time.monotonic() - sent_at)
                             self._tokens += 1
-                            if req.take_text(chunk.text):
+                            if req.take_text(chunk.text, time.time()):
                                 self._pool.succeeded(upstream)
                                 return FinishReason.STOP, None  # leaving closes the stream
                         finish = chunk.finish_reason or finish
@@ -342,7 +325,6 @@ class OpenAIRemoteEngine:
         if finish is None:
             raise _Failed("the stream ended without a finish reason")
         self._pool.succeeded(upstream)
-        req.emit(req.detok.flush())
         reason = FINISH_REASONS.get(finish)
         if reason is None:
             return FinishReason.ERROR, f"the upstream ended the reply with {finish!r}"
@@ -352,9 +334,8 @@ class OpenAIRemoteEngine:
         """Free what the request holds and push its one `Finished` (idempotent)."""
         if req.done:
             return
-        req.done = True
         self._release(req)
         if req.admitted is not None and not req.admitted.done():
             req.admitted.cancel()
-        self._open.pop(req.request_id, None)
-        req.stream.push(req.finished(reason, error))
+        req.take_usage()
+        req.finish(reason, error)

@@ -2,7 +2,8 @@
 
 Shape of the loop (one iteration = one step = one `llama_decode`, or a few for an exact step):
 
-    take new requests and aborts   (queues the event loop fills; never a lock held across a step)
+    take new requests and aborts   (one queue the event loop fills, in order; never a lock held
+                                    across a step; the sequences are this thread's alone)
     admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
                                     a cached prefix of the owner's own earlier prompts is shared,
                                     not prefilled again)
@@ -10,13 +11,15 @@ Shape of the loop (one iteration = one step = one `llama_decode`, or a few for a
                                     the step clock allows: `step_clock`; exact graphs when a
                                     greedy sequence is in it: see `StepLoop._decode`)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
-    sample per sequence            (numpy over llama.cpp's logits rows: `llamacpp_sampling`)
+    sample per sequence            (numpy over llama.cpp's logits rows: `sampling`)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
     hand the step's events to asyncio in ONE call_soon_threadsafe
     time the step                  (the clock learns what decode and prompt tokens cost)
 
 The thread never waits for a consumer: events go into each request's `EventStream`, which buffers.
-`abort` only flags the sequence and wakes the loop; the loop ends it at the next step boundary.
+As in llama.cpp's server (tools/server/server-queue.cpp: new tasks and cancels alike go through one
+task queue, and the loop owns its slots alone), nothing crosses from the event loop but that queue:
+an abort is a message in it, taken at the next step boundary, after the request's own submission.
 """
 
 from __future__ import annotations
@@ -27,24 +30,26 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
-from app.engine.llamacpp_native import EXACT_ROWS, PAD_TOKEN_POS, NativeModel
-from app.engine.llamacpp_sampling import TokenSampler
-from app.engine.llamacpp_scheduler import Scheduler, SeqState, Sequence
-from app.engine.step_clock import StepClock
-from app.engine.streams import EventStream
+from app.engine.base import EngineEvent, FinishReason
+from app.engine.llamacpp.native import EXACT_ROWS, PAD_TOKEN_POS, NativeModel
+from app.engine.llamacpp.sampling import TokenSampler
+from app.engine.llamacpp.scheduler import Scheduler, SeqState, Sequence
+from app.engine.llamacpp.step_clock import StepClock
+from app.engine.requests import RequestState
 
 log = logging.getLogger(__name__)
 
-Delivery = list[tuple[EventStream, EngineEvent]]
+Deliver = Callable[[RequestState, EngineEvent], None]
+Delivery = list[tuple[RequestState, EngineEvent]]
 
 
-def _deliver(events: Delivery) -> None:
-    """Runs on the event loop: push one step's events into their streams."""
-    for stream, event in events:
-        stream.push(event)
+def _deliver_all(deliver: Deliver, events: Delivery) -> None:
+    """Runs on the event loop: one step's events into their streams."""
+    for request, event in events:
+        deliver(request, event)
 
 
 @dataclass(slots=True)
@@ -64,21 +69,19 @@ class StepCounters:
     sample_s: float = 0.0
     step_s: float = 0.0
     cache_cells: int = 0
-    taken: int = 0  # sequences taken out of the inbox
+    taken: int = 0  # sequences taken out of the queue
     padded_steps: int = 0  # steps given a pad token (a lone greedy token: `StepLoop._decode`)
 
 
 class StepLoop:
     """Runs the scheduler's sequences on one `NativeModel`, in a thread of its own."""
 
-    def __init__(
-        self, sched: Scheduler, open_requests: dict[str, Sequence], clock: StepClock
-    ) -> None:
-        """`open_requests` is the engine's request id -> sequence map: a sequence leaves it when
-        it finishes. `clock` sizes each step's prompt chunks."""
+    def __init__(self, sched: Scheduler, clock: StepClock, deliver: Deliver) -> None:
+        """`clock` sizes each step's prompt chunks; `deliver` takes each event on the event loop
+        (the engine's `RequestTable.deliver`)."""
         self._sched = sched
         self._clock = clock
-        self._open = open_requests
+        self._deliver = deliver
         # one more sequence id, past the others, for the pad token of a one-token step
         self._pad_seq = sched.n_seq_ids
         self._native: NativeModel | None = None
@@ -86,8 +89,8 @@ class StepLoop:
         self._thread: threading.Thread | None = None
         self.alive = False  # the thread runs and takes requests
         self._stopping = False
-        self._inbox: queue.SimpleQueue[list[Sequence]] = queue.SimpleQueue()
-        self._aborts: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        # the one way in: a list is new requests, a lone sequence an abort (in the order sent)
+        self._inbox: queue.SimpleQueue[list[Sequence] | Sequence] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._outbox: Delivery = []
         self._opening: list[int] = []
@@ -115,9 +118,13 @@ class StepLoop:
         self._wake.set()
 
     def cancel(self, seq: Sequence) -> None:
-        """End a sequence at the next step boundary (flagged `cancel_requested` by the caller)."""
-        self._aborts.put(seq)
+        """End a sequence at the next step boundary (after its submission: send that first)."""
+        self._inbox.put(seq)
         self._wake.set()
+
+    def emit(self, request: RequestState, event: EngineEvent) -> None:
+        """The sink of this loop's requests (loop thread): events wait for the step's end."""
+        self._outbox.append((request, event))
 
     async def stop(self) -> None:
         """End every sequence (`cancelled`) and the thread; the model is closed once it is done."""
@@ -160,21 +167,16 @@ class StepLoop:
             native.close()
 
     def _take_new_and_aborts(self) -> None:
-        sched = self._sched
         while True:
             try:
-                batch = self._inbox.get_nowait()
+                item = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            self.counters.taken += len(batch)
-            sched.waiting.extend(seq for seq in batch if seq.state is SeqState.WAITING)
-        while True:
-            try:
-                seq = self._aborts.get_nowait()
-            except queue.Empty:
-                break
-            if seq.state is not SeqState.DONE:
-                self._finish(seq, FinishReason.CANCELLED)
+            if isinstance(item, list):
+                self.counters.taken += len(item)
+                self._sched.waiting.extend(item)
+            elif item.state is not SeqState.DONE:
+                self._finish(item, FinishReason.CANCELLED)
         self._update_counters()
 
     def _update_counters(self) -> None:
@@ -241,7 +243,7 @@ class StepLoop:
 
     def _prefill_opening(self, native: NativeModel) -> None:
         """Compute the shared opening's cells once, under its own sequence id, and pin them in the
-        prefix cache (see `llamacpp_prefix_cache`): from then on no prompt prefills it again."""
+        prefix cache (see `prefix_cache`): from then on no prompt prefills it again."""
         seq_id = self._sched.shared_seq_id
         if seq_id is None or len(self._opening) < 2:
             return
@@ -259,7 +261,7 @@ class StepLoop:
 
     def _decode(self, native: NativeModel, *, exact: bool) -> bool:
         """Decode the step's batch; returns whether every graph was exact (see
-        `llamacpp_native.EXACT_ROWS`): the cells it wrote then do not depend on the other rows.
+        `native.EXACT_ROWS`): the cells it wrote then do not depend on the other rows.
 
         `exact` is asked for when the step holds a greedy sequence's tokens, so that a greedy reply
         does not depend on the other requests in the pool: the batch then goes in graphs of 2 to
@@ -294,28 +296,18 @@ class StepLoop:
         native = self._native
         assert native is not None
         seq.generated.append(token)
-        seq.completion_tokens += 1
         self.counters.tokens_generated += 1
-        if seq.first_token_at is None:
-            seq.first_token_at = now
         if native.is_eog(token):
+            seq.count(1, now)
             self._finish(seq, FinishReason.STOP)
-            return
-        seq.unsent_ids.append(token)
-        text, stopped = seq.detok.push(native.piece(token))
-        if text:
-            self._outbox.append((seq.stream, TextDelta(text, tuple(seq.unsent_ids))))
-            seq.unsent_ids.clear()
-        if stopped:
-            self._finish(seq, FinishReason.STOP, flush=False)
+        elif seq.tokens((token,), native.piece(token), now):  # a stop string
+            self._finish(seq, FinishReason.STOP)
         elif seq.completion_tokens >= seq.max_tokens:
             self._finish(seq, FinishReason.LENGTH)
         else:
             seq.next_token = token
 
-    def _finish(
-        self, seq: Sequence, reason: FinishReason, error: str | None = None, *, flush: bool = True
-    ) -> None:
+    def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
         """End a sequence: free its slot and cells now, and queue its last events."""
         slot = seq.slot if seq.state is SeqState.RUNNING else -1
         self._sched.release(seq)
@@ -325,26 +317,7 @@ class StepLoop:
                 if reason is not FinishReason.ERROR and not self._stopping:
                     self._keep_for_reuse(native, seq, slot)
                 native.forget(slot)
-        if self._open.get(seq.request_id) is seq:
-            del self._open[seq.request_id]
-        tail = seq.detok.flush() if flush else ""
-        if tail:
-            self._outbox.append((seq.stream, TextDelta(tail, tuple(seq.unsent_ids))))
-        self._outbox.append(
-            (
-                seq.stream,
-                Finished(
-                    reason=reason,
-                    prompt_tokens=len(seq.prompt),
-                    completion_tokens=seq.completion_tokens,
-                    queued_at=seq.queued_at,
-                    first_token_at=seq.first_token_at,
-                    finished_at=time.time(),
-                    error=error,
-                    admitted_at=seq.admitted_at,
-                ),
-            )
-        )
+        seq.finish(reason, error)
 
     def _keep_for_reuse(self, native: NativeModel, seq: Sequence, slot: int) -> None:
         """Hand a finished sequence's cells to the prefix cache (before its own id lets go)."""
@@ -377,6 +350,6 @@ class StepLoop:
         if loop is None or loop.is_closed():
             return
         try:
-            loop.call_soon_threadsafe(_deliver, events)
+            loop.call_soon_threadsafe(_deliver_all, self._deliver, events)
         except RuntimeError:  # the event loop closed under us: nobody is listening any more
             pass

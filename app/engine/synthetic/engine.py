@@ -13,7 +13,7 @@ exercised and measured without a model:
   policy as the llama.cpp scheduler; a sequence is admitted only when the
   KV cache (`kv_cells`) can hold its prompt plus the longest reply it may produce, so a running
   sequence never has to be pre-empted (`stats().kv_used` counts the cells actually in use);
-- the reply is made by `synthetic_text`: deterministic, 4-byte "tokens" of mixed scripts, ending on
+- the reply is made by `text`: deterministic, 4-byte "tokens" of mixed scripts, ending on
   its own (`stop`) after a prompt-determined number of tokens unless `max_tokens` or the context
   comes first (`length`); markers in the last user message inject a failure or fix the length.
   Of the sampling settings only `max_tokens`, `seed` and `stop` change it; the others (temperature,
@@ -26,25 +26,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from app.engine.base import (
-    ChatMessages,
-    DuplicateRequestError,
-    EngineEvent,
-    EngineStats,
-    EngineUnavailableError,
-    Finished,
-    FinishReason,
-    PromptTooLongError,
-    SamplingParams,
-    TextDelta,
-)
+from app.engine.base import ChatMessages, EngineStats, FinishReason, SamplingParams
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.fair_queue import FairQueue
-from app.engine.streams import EventStream, hop_to_loop
-from app.engine.synthetic_markdown import MarkdownReplyGenerator
-from app.engine.synthetic_text import (
+from app.engine.requests import RequestState, TableEngine, reply_room
+from app.engine.synthetic.markdown import MarkdownReplyGenerator
+from app.engine.synthetic.text import (
     ReplyGenerator,
     parse_markers,
     prompt_token_count,
@@ -58,36 +47,24 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True, eq=False)
-class _Sequence:
-    request_id: str
-    stream: EventStream
-    prompt_tokens: int
+class _Sequence(RequestState):
     max_new: int  # the longest reply allowed: min(max_tokens, context and KV room)
     natural_len: int  # where the "model" would emit end-of-sequence
     fail_after: int | None
     generator: ReplyGenerator
-    detok: IncrementalDetokenizer
-    queued_at: float
-    owner: str | None = None
-    generated: int = 0
-    first_token_at: float | None = None
-    admitted_at: float | None = None
-    pending_ids: list[int] = field(default_factory=list)  # sampled but not shown yet
-    aborted: bool = False
     running: bool = False
-    done: bool = False
 
     @property
     def reserved(self) -> int:
         return self.prompt_tokens + self.max_new
 
 
-class SyntheticEngine:
+class SyntheticEngine(TableEngine[_Sequence]):
     """The engine contract without a model (see the module docstring)."""
 
     def __init__(self, settings: EngineSettings) -> None:
+        super().__init__()
         self._settings = settings
-        self._seqs: dict[str, _Sequence] = {}  # every open request, waiting or running
         self._waiting: FairQueue[_Sequence] = FairQueue(lambda seq: seq.owner)
         self._running: list[_Sequence] = []
         self._reserved = 0  # KV cells promised to running sequences
@@ -98,7 +75,6 @@ class SyntheticEngine:
         self._steps = 0
         self._tokens = 0
         self._last_step_ms = 0.0
-        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     # -- the contract ---------------------------------------------------------------------------
 
@@ -114,9 +90,9 @@ class SyntheticEngine:
         if self._task is not None:
             return
         self._wake = asyncio.Event()
-        self._event_loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         self._accepting = True
-        self._task = asyncio.create_task(self._loop(), name="synthetic-engine-loop")
+        self._task = asyncio.create_task(self._run(), name="synthetic-engine-loop")
 
     async def shutdown(self) -> None:
         self._accepting = False
@@ -127,60 +103,44 @@ class SyntheticEngine:
                 await task
         self._end_all(FinishReason.CANCELLED, None)
 
-    def generate(
-        self,
-        request_id: str,
-        messages: ChatMessages,
-        params: SamplingParams,
-        *,
-        owner: str | None = None,
-    ) -> EventStream:
-        if not self._accepting:
-            raise EngineUnavailableError("the synthetic engine is not running")
-        if request_id in self._seqs:
-            raise DuplicateRequestError(f"request {request_id!r} is already running")
+    def _unavailable(self) -> str | None:
+        return None if self._accepting else "the synthetic engine is not running"
+
+    def _open(
+        self, request_id: str, messages: ChatMessages, params: SamplingParams, owner: str | None
+    ) -> _Sequence:
         prompt = render_prompt(messages)
         prompt_tokens = prompt_token_count(prompt)
-        limit = min(self.context_size, self._settings.kv_cells)
-        if prompt_tokens + 1 > limit:
-            raise PromptTooLongError(prompt_tokens, limit)
+        max_new = reply_room(prompt_tokens, min(self.context_size, self._settings.kv_cells), params)
         fail_after, forced = parse_markers(messages)
         seed = seed_for(prompt, params.seed)
         natural = max(1, forced) if forced is not None else 16 + (seed >> 40) % 240
-        seq = _Sequence(
+        return _Sequence(
             request_id=request_id,
-            stream=EventStream(request_id, self.abort),
             prompt_tokens=prompt_tokens,
-            max_new=min(params.max_tokens, limit - prompt_tokens),
+            max_new=max_new,
             natural_len=natural,
             fail_after=fail_after,
             generator=(MarkdownReplyGenerator if wants_markdown(messages) else ReplyGenerator)(
                 seed
             ),
             detok=IncrementalDetokenizer(stop=params.stop),
-            queued_at=time.time(),
             owner=owner,
         )
-        self._seqs[request_id] = seq
+
+    def _submit(self, seq: _Sequence) -> None:
         self._waiting.append(seq)
         self._wake.set()
-        return seq.stream
 
-    def abort(self, request_id: str) -> None:
-        loop = self._event_loop
-        if loop is not None and hop_to_loop(loop, self.abort, request_id):
-            return
-        seq = self._seqs.get(request_id)
-        if seq is not None and not seq.aborted:
-            seq.aborted = True
-            self._aborted.add(request_id)
-            self._wake.set()
+    def _abort(self, seq: _Sequence) -> None:
+        self._aborted.add(seq.request_id)
+        self._wake.set()
 
     def stats(self) -> EngineStats:
         return EngineStats(
             running=len(self._running),
             waiting=len(self._waiting),
-            kv_used=sum(s.prompt_tokens + s.generated for s in self._running),
+            kv_used=sum(s.prompt_tokens + s.completion_tokens for s in self._running),
             kv_total=self._settings.kv_cells,
             steps=self._steps,
             tokens_generated=self._tokens,
@@ -189,7 +149,7 @@ class SyntheticEngine:
 
     # -- the loop -------------------------------------------------------------------------------
 
-    async def _loop(self) -> None:
+    async def _run(self) -> None:
         overhead = 0.0  # time the previous step spent handing out events: part of its cost
         try:
             while True:
@@ -229,7 +189,7 @@ class SyntheticEngine:
             return
         ids, self._aborted = self._aborted, set()
         for request_id in ids:
-            seq = self._seqs.get(request_id)
+            seq = self.requests.get(request_id)
             if seq is not None:
                 self._finish(seq, FinishReason.CANCELLED)
         self._running = [s for s in self._running if not s.done]
@@ -256,8 +216,8 @@ class SyntheticEngine:
         for seq in self._running:
             if seq.aborted:
                 self._finish(seq, FinishReason.CANCELLED, now)
-            elif seq.fail_after is not None and seq.generated >= seq.fail_after:
-                error = f"synthetic failure injected after {seq.generated} tokens"
+            elif seq.fail_after is not None and seq.completion_tokens >= seq.fail_after:
+                error = f"synthetic failure injected after {seq.completion_tokens} tokens"
                 self._finish(seq, FinishReason.ERROR, now, error)
             else:
                 self._sample(seq, now)
@@ -266,29 +226,13 @@ class SyntheticEngine:
 
     def _sample(self, seq: _Sequence, now: float) -> None:
         token_id, piece = seq.generator.next_token()
-        seq.generated += 1
         self._tokens += 1
-        if seq.first_token_at is None:
-            seq.first_token_at = now
-        seq.pending_ids.append(token_id)
-        text, stopped = seq.detok.push(piece)
-        if stopped:
-            self._emit(seq, text)
+        if seq.tokens((token_id,), piece, now):  # a stop string
             self._finish(seq, FinishReason.STOP, now)
-        elif seq.generated >= seq.natural_len:
-            self._emit(seq, text + seq.detok.flush())
+        elif seq.completion_tokens >= seq.natural_len:
             self._finish(seq, FinishReason.STOP, now)
-        elif seq.generated >= seq.max_new:
-            self._emit(seq, text + seq.detok.flush())
+        elif seq.completion_tokens >= seq.max_new:
             self._finish(seq, FinishReason.LENGTH, now)
-        else:
-            self._emit(seq, text)
-
-    @staticmethod
-    def _emit(seq: _Sequence, text: str) -> None:
-        if text:
-            seq.stream.push(TextDelta(text=text, token_ids=tuple(seq.pending_ids)))
-            seq.pending_ids.clear()
 
     def _finish(
         self,
@@ -299,8 +243,6 @@ class SyntheticEngine:
     ) -> None:
         if seq.done:
             return
-        seq.done = True
-        self._seqs.pop(seq.request_id, None)
         self._aborted.discard(seq.request_id)
         if seq.running:
             seq.running = False
@@ -308,21 +250,11 @@ class SyntheticEngine:
             self._waiting.done(seq)
         elif seq in self._waiting:
             self._waiting.remove(seq)
-        event: EngineEvent = Finished(
-            reason=reason,
-            prompt_tokens=seq.prompt_tokens,
-            completion_tokens=seq.generated,
-            queued_at=seq.queued_at,
-            first_token_at=seq.first_token_at,
-            finished_at=now if now is not None else time.time(),
-            error=error,
-            admitted_at=seq.admitted_at,
-        )
-        seq.stream.push(event)
+        seq.finish(reason, error, now)
 
     def _end_all(self, reason: FinishReason, error: str | None) -> None:
         self._waiting.clear()  # first: each waiting request then ends without a queue search
-        for seq in list(self._seqs.values()):
+        for seq in self.requests:
             self._finish(seq, reason, error=error)
         self._running.clear()
         self._reserved = 0
