@@ -79,10 +79,10 @@ class EngineSettings:
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:
     # the web server's loop still gets its turns because libgomp's barrier spinning is bounded
-    # (GOMP_SPINCOUNT, see llamacpp_native.py). On a hyper-threaded host, the physical core count
+    # (GOMP_SPINCOUNT, see app/engine/llamacpp/native.py). On a hyper-threaded host, the physical core count
     # may do better.
     threads: int = env("ENGINE_THREADS", max(1, os.cpu_count() or 1))
-    # Chunked prefill, by time (app/engine/step_clock.py): a step that carries prompt chunks
+    # Chunked prefill, by time (app/engine/llamacpp/step_clock.py): a step that carries prompt chunks
     # beside decoding streams may last `step_stretch` times a decode-only step, or
     # `step_floor_ms` where that is longer; with nobody decoding, a step takes up to
     # `max_step_tokens` of waiting prompts at once. With 8 streams decoding and a 1,500-token
@@ -91,14 +91,15 @@ class EngineSettings:
     step_floor_ms: float = env("ENGINE_STEP_FLOOR_MS", 100.0)
     max_step_tokens: int = env("ENGINE_MAX_STEP_TOKENS", 1024)
     # TensorRT-LLM's executor in this process (TLLM_WORKER_USE_SINGLE_PROCESS=1) or, the default,
-    # in its worker process: TensorRT-LLM warns that in-process may hurt streaming (app/engine/trtllm.py)
+    # in its worker process: TensorRT-LLM warns that in-process may hurt streaming
+    # (app/engine/trtllm/engine.py)
     trtllm_in_process: bool = env("TRTLLM_IN_PROCESS", False)
     # Synthetic engine: fixed cost of one step
     synthetic_step_ms: float = env("SYNTHETIC_STEP_MS", 20.0)
     # ... plus this much per running sequence
     synthetic_per_seq_ms: float = env("SYNTHETIC_PER_SEQ_MS", 0.5)
     synthetic_prefill_ms_per_token: float = env("SYNTHETIC_PREFILL_MS_PER_TOKEN", 0.05)
-    # ENGINE=openai (app/engine/openai_remote.py): OpenAI-compatible inference servers, each
+    # ENGINE=openai (app/engine/openai/engine.py): OpenAI-compatible inference servers, each
     # named by its API base (http://host:port/v1), with an optional bearer key for all of them.
     upstreams: tuple[str, ...] = env("ENGINE_UPSTREAMS", ())
     upstream_key: str | None = env("ENGINE_UPSTREAM_KEY", None)
