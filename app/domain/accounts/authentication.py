@@ -1,5 +1,6 @@
 """Who is asking: Litestar's authentication middleware sets `connection.user` to the asking user's
-id (and `connection.auth` to how they proved it: "session", "api_key") before any guard or handler runs.
+id, and `connection.auth` to how they proved it ("session", "api_key"), before any guard or
+handler runs.
 
 - Pages, the page API and the WebSocket: the user id the server-side session holds (log-in puts it
   there, app/domain/accounts/login.py), or None for an anonymous client. Nothing is refused here:
@@ -8,8 +9,8 @@ id (and `connection.auth` to how they proved it: "session", "api_key") before an
   handlers: Litestar answers an error raised in a route's middleware with the route's handlers,
   `ScopeState.exception_handlers` set in litestar/_asgi/asgi_router.py).
 
-Only the id, never the user's row: no database round trip for a session's requests, and the routes
-that read the row (or need the account to still exist) load it (app/domain/accounts/dependencies.py).
+Only the id, never the user's row: no database round trip for a session's requests; the routes
+that read the row (or need the account to still exist) load it (accounts/dependencies.py).
 The middleware class is Litestar's (litestar/middleware/authentication.py); its `__call__` puts
 `AuthenticationResult.user`/`.auth` in the scope.
 """
