@@ -19,6 +19,7 @@ from litestar import Litestar, Router
 from litestar.config.csrf import CSRFConfig
 from litestar.datastructures import State
 from litestar.logging import LoggingConfig
+from litestar.middleware import DefineMiddleware
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -28,8 +29,12 @@ from litestar.stores.memory import MemoryStore
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
+from app.domain.accounts.authentication import (
+    SESSIONS_STATE_KEY,
+    SessionAuthenticationMiddleware,
+)
 from app.domain.accounts.controllers import ApiKeyController, AuthController
-from app.domain.accounts.guards import SESSIONS_STATE_KEY, admin_guard
+from app.domain.accounts.guards import admin_guard
 from app.domain.accounts.ratelimit import (
     AttemptStore,
     AuthLimits,
@@ -127,7 +132,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = Services.build(settings, engine)
         app.state.services = services
-        app.state[SESSIONS_STATE_KEY] = services.sessions  # for the guards (no DI there)
+        app.state[SESSIONS_STATE_KEY] = services.sessions  # for auth and guards (no DI there)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
@@ -171,7 +176,12 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         exception_handlers=EXCEPTION_HANDLERS,  # domain errors -> HTTP (app/domain/refusals.py)
         lifespan=[lifespan],
         request_class=SafeRequest,  # bad JSON bodies are 400s, a client gone mid-body a quiet 499
-        middleware=[session_config.middleware],
+        middleware=[
+            session_config.middleware,
+            # `connection.user`: the session's user; `/v1` authenticates by API key instead
+            # (its router's own middleware, app/domain/openai/controllers.py).
+            DefineMiddleware(SessionAuthenticationMiddleware, exclude="^/v1/"),
+        ],
         csrf_config=csrf_config,
         before_send=[security_headers_hook(settings.cookie_secure)],
         openapi_config=openapi_config(),

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from uuid import UUID
 
-from litestar import Response, get
-from litestar.di import Provide
+from litestar import Request, Response, get
+from litestar.di import NamedDependency
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from sqlalchemy import text
 
-from app.domain.accounts.dependencies import optional_user
-from app.domain.accounts.models import User
+from app.db.session import Sessions
+from app.domain.accounts.dependencies import logged_in_user
 from app.web.services import Services
 
 
@@ -31,8 +32,11 @@ def register_page_callables(engine: JinjaTemplateEngine) -> None:
     engine.register_template_callable("engine_info", engine_info)
 
 
-@get("/", include_in_schema=False, dependencies={"user": Provide(optional_user)})
-async def chat_page(user: User | None) -> Template | Redirect:
+@get("/", include_in_schema=False)
+async def chat_page(
+    request: Request[UUID | None, Any, Any], sessions: NamedDependency[Sessions]
+) -> Template | Redirect:
+    user = await logged_in_user(request, sessions)
     if user is None:
         return Redirect("/login")
     user_json = {"id": str(user.id), "email": user.email, "is_admin": user.is_admin}
@@ -56,7 +60,7 @@ async def healthz() -> dict[str, str]:
 
 
 @get("/readyz", include_in_schema=False)
-async def readyz(services: Services) -> Response[dict[str, Any]]:
+async def readyz(services: NamedDependency[Services]) -> Response[dict[str, Any]]:
     """Ready to serve: model loaded and database reachable (readiness)."""
     checks: dict[str, str] = {}
     checks["model"] = (

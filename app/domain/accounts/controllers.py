@@ -7,13 +7,15 @@ from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.session import Sessions
 from app.domain.accounts import service as accounts
-from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.dependencies import provide_user
+from app.domain.accounts.guards import logged_in
 from app.domain.accounts.login import client_address, device_cookie, known_device, login, logout
 from app.domain.accounts.models import ApiKey, User
 from app.domain.accounts.ratelimit import AuthLimits
@@ -52,10 +54,10 @@ class AuthController(Controller):
     async def signup(
         self,
         request: Request,
-        data: Credentials,
-        sessions: Sessions,
-        settings: Settings,
-        auth_limits: AuthLimits,
+        data: JSONBody[Credentials],
+        sessions: NamedDependency[Sessions],
+        settings: NamedDependency[Settings],
+        auth_limits: NamedDependency[AuthLimits],
     ) -> Response[dict[str, object]]:
         """Sign up and log in. An email that is taken answers 409: without a mail round trip,
         a sign-up that logs in at once cannot hide whether the address was free (README,
@@ -75,10 +77,10 @@ class AuthController(Controller):
     async def login(
         self,
         request: Request,
-        data: Credentials,
-        sessions: Sessions,
-        settings: Settings,
-        auth_limits: AuthLimits,
+        data: JSONBody[Credentials],
+        sessions: NamedDependency[Sessions],
+        settings: NamedDependency[Settings],
+        auth_limits: NamedDependency[AuthLimits],
     ) -> Response[dict[str, object]]:
         email = accounts.normalize_email(data.email)
         # Reserved before the (slow) password check: attempts in flight count too. A limit
@@ -99,30 +101,43 @@ class AuthController(Controller):
     async def logout(self, request: Request) -> None:
         logout(request)
 
-    @get("/me", dependencies={"user": Provide(current_user)})
-    async def me(self, user: User) -> dict[str, object]:
+    @get("/me", guards=[logged_in], dependencies={"user": Provide(provide_user)})
+    async def me(self, user: NamedDependency[User]) -> dict[str, object]:
         return user_json(user)
 
 
 class ApiKeyController(Controller):
     path = "/api/keys"
     tags = ["accounts"]
-    dependencies = {"user": Provide(current_user)}
+    guards = [logged_in]
+    dependencies = {"user": Provide(provide_user)}
 
     @get("/")
-    async def list_keys(self, sessions: Sessions, user: User) -> list[dict[str, object]]:
+    async def list_keys(
+        self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
+    ) -> list[dict[str, object]]:
         keys = await accounts.list_api_keys(sessions, user.id)
         return [key_json(k) for k in keys]
 
     @post("/", status_code=HTTP_201_CREATED)
-    async def create_key(self, sessions: Sessions, user: User, data: NewKey) -> dict[str, object]:
+    async def create_key(
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        data: JSONBody[NewKey],
+    ) -> dict[str, object]:
         key, secret = await accounts.create_api_key(
             sessions, user.id, data.name.strip() or "API key"
         )
         return {**key_json(key), "secret": secret}  # the only time the secret is ever shown
 
     @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
-    async def revoke_key(self, sessions: Sessions, user: User, key_id: UUID) -> None:
+    async def revoke_key(
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        key_id: FromPath[UUID],
+    ) -> None:
         if not await accounts.revoke_api_key(sessions, user.id, key_id):
             raise NotFoundException("no such API key")
 

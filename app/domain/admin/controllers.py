@@ -7,12 +7,13 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from litestar import Controller, Response, get, post
+from litestar.di import NamedDependency
 from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
 )
-from litestar.params import Parameter
+from litestar.params import FromPath, QueryParameter
 
 from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
@@ -31,16 +32,18 @@ class AdminApiController(Controller):
     tags = ["admin"]
 
     @get("/engine", raises=GUARDED)
-    async def engine_stats(self, engine: Engine) -> dict[str, Any]:
+    async def engine_stats(self, engine: NamedDependency[Engine]) -> dict[str, Any]:
         stats = engine.stats()
         return {**dataclasses.asdict(stats), "extra": dict(stats.extra)}
 
     @get("/live", raises=GUARDED)
-    async def live(self, replies: ReplyService) -> list[dict[str, Any]]:
+    async def live(self, replies: NamedDependency[ReplyService]) -> list[dict[str, Any]]:
         return live_generations(replies.manager)
 
     @post("/live/{message_id:uuid}/kill", status_code=200, raises=[*GUARDED, NotFoundException])
-    async def kill(self, replies: ReplyService, message_id: UUID) -> dict[str, Any]:
+    async def kill(
+        self, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
+    ) -> dict[str, Any]:
         """The kill switch: abort a reply on whichever replica runs it."""
         status = await kill_reply(replies, message_id)
         if status is None:
@@ -48,7 +51,9 @@ class AdminApiController(Controller):
         return {"message_id": str(message_id), "status": status}
 
     @get("/messages/{message_id:uuid}", raises=[*GUARDED, NotFoundException])
-    async def message(self, sessions: Sessions, message_id: UUID) -> dict[str, Any]:
+    async def message(
+        self, sessions: NamedDependency[Sessions], message_id: FromPath[UUID]
+    ) -> dict[str, Any]:
         """Any reply with its timings and stream-health verdict."""
         message = await reply_rows.get_message_unscoped(sessions, message_id)
         if message is None:
@@ -63,9 +68,9 @@ class AdminApiController(Controller):
     )
     async def export_conversation(
         self,
-        sessions: Sessions,
-        conversation_id: UUID,
-        fmt: Annotated[export.ExportFormat, Parameter(query="format")] = "json",
+        sessions: NamedDependency[Sessions],
+        conversation_id: FromPath[UUID],
+        fmt: Annotated[export.ExportFormat, QueryParameter(name="format")] = "json",
     ) -> Response[bytes]:
         """Any user's conversation as Markdown or JSON (the same file its owner downloads)."""
         rows = await export.conversation_rows(sessions, conversation_id, user_id=None)

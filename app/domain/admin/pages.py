@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from litestar import Controller, get, post
+from litestar.di import NamedDependency
 from litestar.exceptions import ClientException, NotFoundException
+from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from app.db.session import Sessions
@@ -57,14 +59,14 @@ class AdminPages(Controller):
     @get("/")
     async def index(
         self,
-        sessions: Sessions,
-        user: str | None = None,
-        status: str | None = None,
-        date_from: str | None = None,
-        date_to: str | None = None,
-        q: str | None = None,
-        rating: str | None = None,
-        page: int = 1,
+        sessions: NamedDependency[Sessions],
+        user: FromQuery[str | None] = None,
+        status: FromQuery[str | None] = None,
+        date_from: FromQuery[str | None] = None,
+        date_to: FromQuery[str | None] = None,
+        q: FromQuery[str | None] = None,
+        rating: FromQuery[str | None] = None,
+        page: FromQuery[int] = 1,
     ) -> Template:
         if status and status not in {s.value for s in Status}:
             raise ClientException(f"unknown status {status!r}")
@@ -129,7 +131,9 @@ class AdminPages(Controller):
         )
 
     @get("/conversations/{conversation_id:uuid}")
-    async def conversation(self, sessions: Sessions, conversation_id: UUID) -> Template:
+    async def conversation(
+        self, sessions: NamedDependency[Sessions], conversation_id: FromPath[UUID]
+    ) -> Template:
         conversation = await queries.get_conversation_unscoped(sessions, conversation_id)
         if conversation is None:
             raise NotFoundException("no such conversation")
@@ -156,7 +160,9 @@ class AdminPages(Controller):
         )
 
     @get("/live")
-    async def live(self, replies: ReplyService, engine: Engine) -> Template:
+    async def live(
+        self, replies: NamedDependency[ReplyService], engine: NamedDependency[Engine]
+    ) -> Template:
         emails = {str(u.id): u.email for u in await accounts.list_users(replies.sessions)}
         generations = live_generations(replies.manager, emails)
         return Template(
@@ -165,13 +171,15 @@ class AdminPages(Controller):
         )
 
     @post("/live/{message_id:uuid}/kill", status_code=303)
-    async def kill(self, replies: ReplyService, message_id: UUID) -> Redirect:
+    async def kill(
+        self, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
+    ) -> Redirect:
         """The kill switch (a form post): abort a reply wherever it runs."""
         await kill_reply(replies, message_id)
         return Redirect("/admin/live", status_code=303)
 
     @get("/charts")
-    async def charts(self, sessions: Sessions) -> Template:
+    async def charts(self, sessions: NamedDependency[Sessions]) -> Template:
         timings = await queries.recent_reply_timings(sessions)
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         hours = [hour - timedelta(hours=i) for i in range(47, -1, -1)]

@@ -9,18 +9,19 @@ from typing import Annotated
 from uuid import UUID
 
 from litestar import Controller, Request, Response, Router, delete, get, post, put
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
     ClientException,
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
 )
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.session import Sessions
-from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.dependencies import provide_user
+from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.chat import export, importing, ratings, search
 from app.domain.chat.archive_schemas import (
@@ -65,9 +66,9 @@ class ArchiveController(Controller):
     @get("/search", raises=READ)
     async def search_conversations(
         self,
-        sessions: Sessions,
-        user: User,
-        q: Annotated[str, Parameter(query="q", max_length=search.MAX_QUERY_CHARS)] = "",
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        q: Annotated[str, QueryParameter(max_length=search.MAX_QUERY_CHARS)] = "",
     ) -> list[SearchResult]:
         """The user's conversations whose title or messages contain `q` (ignoring case)."""
         if (problem := text_problem(q)) is not None:
@@ -87,10 +88,10 @@ class ArchiveController(Controller):
     @get("/{conversation_id:uuid}/export", responses=EXPORT_RESPONSE, raises=READ_ONE)
     async def export_conversation(
         self,
-        sessions: Sessions,
-        user: User,
-        conversation_id: UUID,
-        fmt: Annotated[export.ExportFormat, Parameter(query="format")] = "json",
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        conversation_id: FromPath[UUID],
+        fmt: Annotated[export.ExportFormat, QueryParameter(name="format")] = "json",
     ) -> Response[bytes]:
         """Download the conversation as Markdown or as JSON (which import reads back)."""
         rows = await export.conversation_rows(sessions, conversation_id, user.id)
@@ -108,7 +109,7 @@ class ArchiveController(Controller):
         request_max_body_size=MAX_IMPORT_BYTES,  # 413 beyond (litestar/connection/request.py)
     )
     async def import_conversation(
-        self, request: Request, sessions: Sessions, user: User
+        self, request: Request, sessions: NamedDependency[Sessions], user: NamedDependency[User]
     ) -> ConversationResponse:
         """A JSON export, read back strictly, as a new conversation of the user's."""
         conversation_export = importing.decode_export(await request.body())
@@ -117,7 +118,10 @@ class ArchiveController(Controller):
 
     @get("/{conversation_id:uuid}/ratings", raises=READ_ONE)
     async def ratings(
-        self, sessions: Sessions, user: User, conversation_id: UUID
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        conversation_id: FromPath[UUID],
     ) -> list[RatingResponse]:
         """The user's ratings of this conversation's replies."""
         rows = await ratings.conversation_ratings(sessions, user.id, conversation_id)
@@ -131,14 +135,23 @@ class RatingController(Controller):
 
     @put("/{message_id:uuid}/rating", raises=WRITE_ONE)
     async def rate(
-        self, sessions: Sessions, user: User, message_id: UUID, data: RateReply
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        message_id: FromPath[UUID],
+        data: JSONBody[RateReply],
     ) -> RatingResponse:
         """Rate a reply (thumbs up or down, an optional comment); rating again replaces it."""
         row = await ratings.rate_reply(sessions, user.id, message_id, data.rating, data.comment)
         return rating_response(row)
 
     @delete("/{message_id:uuid}/rating", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
-    async def unrate(self, sessions: Sessions, user: User, message_id: UUID) -> None:
+    async def unrate(
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        message_id: FromPath[UUID],
+    ) -> None:
         """Take a rating back (404 when there is none)."""
         if not await ratings.remove_rating(sessions, user.id, message_id):
             raise NotFoundError(message_id)
@@ -147,6 +160,7 @@ class RatingController(Controller):
 archive_router = Router(
     "/api",
     route_handlers=[ArchiveController, RatingController],
-    dependencies={"user": Provide(current_user)},
+    guards=[logged_in],
+    dependencies={"user": Provide(provide_user)},
     tags=["chat"],
 )

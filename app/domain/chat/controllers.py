@@ -9,12 +9,12 @@ errors, answered by the app's exception map).
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
 from litestar import Controller, Request, Router, delete, get, patch, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
     ClientException,
     NotAuthorizedException,
@@ -23,12 +23,13 @@ from litestar.exceptions import (
     ServiceUnavailableException,
 )
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.response import Stream
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
 
 from app.db.session import Sessions
-from app.domain.accounts.dependencies import current_user, session_user_id
+from app.domain.accounts.dependencies import provide_user
+from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.chat import branches, conversations, reply_rows
 from app.domain.chat.push_events import (
@@ -114,14 +115,18 @@ class ConversationController(Controller):
 
     @get("/", raises=READ)
     async def list_conversations(
-        self, sessions: Sessions, user: User
+        self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
     ) -> list[ConversationResponse]:
         rows = await conversations.list_conversations(sessions, user.id, source="page")
         return [ConversationResponse.of(c) for c in rows]
 
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
     async def create(
-        self, sessions: Sessions, user: User, push: UserPush, data: NewConversation | None = None
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        push: NamedDependency[UserPush],
+        data: JSONBody[NewConversation | None] = None,
     ) -> ConversationResponse:
         title = data.title if data else None
         created = ConversationResponse.of(
@@ -132,14 +137,21 @@ class ConversationController(Controller):
 
     @get("/{conversation_id:uuid}", raises=READ_ONE)
     async def read(
-        self, sessions: Sessions, user: User, conversation_id: UUID
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        conversation_id: FromPath[UUID],
     ) -> ConversationWithMessages:
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
         return ConversationWithMessages.of_thread(thread)
 
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(
-        self, sessions: Sessions, user: User, conversation_id: UUID, data: ShowBranch
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        conversation_id: FromPath[UUID],
+        data: JSONBody[ShowBranch],
     ) -> ConversationWithMessages:
         """Show another version (the branch through `message_id`, to its newest end): the
         conversation as it reads now. The next turn follows it."""
@@ -148,7 +160,12 @@ class ConversationController(Controller):
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
-        self, sessions: Sessions, user: User, push: UserPush, conversation_id: UUID, data: Rename
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        push: NamedDependency[UserPush],
+        conversation_id: FromPath[UUID],
+        data: JSONBody[Rename],
     ) -> ConversationResponse:
         renamed = await conversations.rename_conversation(
             sessions, user.id, conversation_id, data.title
@@ -161,7 +178,11 @@ class ConversationController(Controller):
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(
-        self, replies: ReplyService, push: UserPush, user: User, conversation_id: UUID
+        self,
+        replies: NamedDependency[ReplyService],
+        push: NamedDependency[UserPush],
+        user: NamedDependency[User],
+        conversation_id: FromPath[UUID],
     ) -> None:
         await replies.delete_conversation(user.id, conversation_id)
         push.publish(user.id, ConversationDeleted(str(conversation_id)))
@@ -171,16 +192,22 @@ class ConversationController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=START_REPLY,
-        # The user's row is read by the send's own query (ReplyService.send), not separately:
-        # Litestar resolves only the dependencies a handler names (`expected_dependencies`,
-        # litestar/_kwargs/kwargs_model.py), so the router's `user` is not loaded here.
-        dependencies={"user_id": Provide(session_user_id, sync_to_thread=False)},
     )
     async def send(
-        self, replies: ReplyService, user_id: UUID, conversation_id: UUID, data: SendMessage
+        self,
+        request: Request[UUID, Any, Any],
+        replies: NamedDependency[ReplyService],
+        conversation_id: FromPath[UUID],
+        data: JSONBody[SendMessage],
     ) -> Stream:
         """Send a message; the answer is the reply as server-sent events."""
-        return event_stream(await replies.send(user_id, conversation_id, data, transport="sse"))
+        # The user's row is read by the send's own query (ReplyService.send), not separately:
+        # the user id is the session's (`request.user`), and Litestar resolves only the
+        # dependencies a handler names (`expected_dependencies`, litestar/_kwargs/kwargs_model.py),
+        # so the router's `user` is not loaded here.
+        return event_stream(
+            await replies.send(request.user, conversation_id, data, transport="sse")
+        )
 
 
 class MessageController(Controller):
@@ -190,10 +217,10 @@ class MessageController(Controller):
     async def resume(
         self,
         request: Request,
-        replies: ReplyService,
-        user: User,
-        message_id: UUID,
-        after: Annotated[int | None, Parameter(query="after", ge=0)] = None,
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+        message_id: FromPath[UUID],
+        after: Annotated[int | None, QueryParameter(ge=0)] = None,
     ) -> Stream:
         """Replay what the client missed since Last-Event-ID, then continue live."""
         wanted = ResumeReply(message_id, after=last_event_id(request, after))
@@ -207,10 +234,10 @@ class MessageController(Controller):
     )
     async def regenerate(
         self,
-        replies: ReplyService,
-        user: User,
-        message_id: UUID,
-        data: ReplyOptions | None = None,
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+        message_id: FromPath[UUID],
+        data: JSONBody[ReplyOptions | None] = None,
     ) -> Stream:
         """Answer the latest reply's question again; the new reply, as server-sent events, is a
         new version next to the old one (409 for a reply with turns after it, or one still
@@ -225,20 +252,33 @@ class MessageController(Controller):
         raises=[*START_REPLY, ConflictError],
     )
     async def edit(
-        self, replies: ReplyService, user: User, message_id: UUID, data: SendMessage
+        self,
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+        message_id: FromPath[UUID],
+        data: JSONBody[SendMessage],
     ) -> Stream:
         """Send a new version of one of your messages; its reply streams back as server-sent
         events. The old version and its replies stay, one switch away."""
         return event_stream(await replies.edit(user.id, message_id, data, transport="sse"))
 
     @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
-    async def cancel(self, replies: ReplyService, user: User, message_id: UUID) -> StopResult:
+    async def cancel(
+        self,
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+        message_id: FromPath[UUID],
+    ) -> StopResult:
         """Stop a reply (idempotent); answers once its end state is saved."""
         return await replies.cancel(user.id, CancelReply(message_id), CANCEL_WAIT_S)
 
     @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def client_metrics(
-        self, sessions: Sessions, user: User, message_id: UUID, data: ClientMetrics
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        message_id: FromPath[UUID],
+        data: JSONBody[ClientMetrics],
     ) -> None:
         """The TTFT the browser saw, to compare with the engine's (is a proxy buffering?)."""
         if not await reply_rows.record_client_ttft(sessions, user.id, message_id, data.ttft_ms):
@@ -248,6 +288,7 @@ class MessageController(Controller):
 chat_router = Router(
     "/api",
     route_handlers=[ConversationController, MessageController],
-    dependencies={"user": Provide(current_user)},  # every route here is the logged-in user's
+    guards=[logged_in],  # every route here is the logged-in user's
+    dependencies={"user": Provide(provide_user)},
     tags=["chat"],
 )

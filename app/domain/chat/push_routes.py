@@ -10,11 +10,12 @@ from contextlib import aclosing
 
 import msgspec
 from litestar import get
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotAuthorizedException
 from litestar.response import Stream
 
-from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.dependencies import provide_user
+from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.chat.push_events import PushEvent, UserPush
 from app.domain.sse import STREAM_HEADERS
@@ -31,13 +32,18 @@ def sse_frame(event: PushEvent) -> bytes:
 
 @get(
     "/api/events",
-    dependencies={"user": Provide(current_user)},
+    guards=[logged_in],
+    dependencies={"user": Provide(provide_user)},
     raises=[NotAuthorizedException],
     # Like /ws, not in the OpenAPI document: an endless stream, which a client generated from the
     # document (or the schema fuzzer, tests/serving/test_api_fuzz.py) would read forever.
     include_in_schema=False,
 )
-async def user_events(user: User, push: UserPush, settings: Settings) -> Stream:
+async def user_events(
+    user: NamedDependency[User],
+    push: NamedDependency[UserPush],
+    settings: NamedDependency[Settings],
+) -> Stream:
     """This user's events, for one page: replies started and ended on their other pages, and
     conversations created, renamed or deleted. Nothing of any other user's."""
     events = push.follow(user.id, settings.keepalive_s)

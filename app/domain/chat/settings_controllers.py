@@ -12,11 +12,13 @@ from __future__ import annotations
 from uuid import UUID
 
 from litestar import Controller, Router, get, put
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotAuthorizedException, NotFoundException, PermissionDeniedException
+from litestar.params import FromPath, JSONBody
 
 from app.db.session import Sessions
-from app.domain.accounts.dependencies import current_user
+from app.domain.accounts.dependencies import provide_user
+from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.chat import chat_settings
 from app.domain.chat.replies import ReplyService
@@ -29,7 +31,10 @@ WRITE = [*READ, PermissionDeniedException]
 class SettingsController(Controller):
     @get("/conversations/{conversation_id:uuid}/settings", raises=READ)
     async def conversation_settings(
-        self, replies: ReplyService, user: User, conversation_id: UUID
+        self,
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+        conversation_id: FromPath[UUID],
     ) -> SettingsView:
         chosen = await chat_settings.for_users_conversation(
             replies.sessions, user.id, conversation_id
@@ -38,7 +43,11 @@ class SettingsController(Controller):
 
     @put("/conversations/{conversation_id:uuid}/settings", raises=WRITE)
     async def save_conversation_settings(
-        self, replies: ReplyService, user: User, conversation_id: UUID, data: ChatSettings
+        self,
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+        conversation_id: FromPath[UUID],
+        data: JSONBody[ChatSettings],
     ) -> SettingsView:
         """Used from the conversation's next turn on, send and regenerate alike."""
         context_size = replies.manager.engine.context_size
@@ -49,13 +58,22 @@ class SettingsController(Controller):
         return chat_settings.view(chosen, replies.limits)
 
     @get("/account/chat-defaults", raises=READ)
-    async def defaults(self, sessions: Sessions, replies: ReplyService, user: User) -> SettingsView:
+    async def defaults(
+        self,
+        sessions: NamedDependency[Sessions],
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+    ) -> SettingsView:
         chosen = await chat_settings.user_defaults(sessions, user.id)
         return chat_settings.view(chosen, replies.limits)
 
     @put("/account/chat-defaults", raises=WRITE)
     async def save_defaults(
-        self, sessions: Sessions, replies: ReplyService, user: User, data: ChatSettings
+        self,
+        sessions: NamedDependency[Sessions],
+        replies: NamedDependency[ReplyService],
+        user: NamedDependency[User],
+        data: JSONBody[ChatSettings],
     ) -> SettingsView:
         """What the user's new conversations start from (existing ones keep their own)."""
         context_size = replies.manager.engine.context_size
@@ -67,6 +85,7 @@ class SettingsController(Controller):
 settings_router = Router(
     "/api",
     route_handlers=[SettingsController],
-    dependencies={"user": Provide(current_user)},
+    guards=[logged_in],
+    dependencies={"user": Provide(provide_user)},
     tags=["settings"],
 )

@@ -22,11 +22,13 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 from urllib.parse import urlsplit
+from uuid import UUID
 
 from litestar import WebSocket, websocket
-from litestar.di import Provide
+from litestar.di import NamedDependency
 
-from app.domain.accounts.dependencies import socket_user
+from app.db.session import Sessions
+from app.domain.accounts.dependencies import logged_in_user
 from app.domain.accounts.models import User
 from app.domain.chat.frames import (
     BadFrameError,
@@ -187,14 +189,20 @@ def as_frame(event: PushEvent) -> dict[str, Any]:
     return {"type": "event", **as_json(event)}
 
 
-@websocket("/ws", dependencies={"user": Provide(socket_user)})
+@websocket("/ws")
 async def chat_socket(
-    socket: WebSocket, user: User | None, replies: ReplyService, push: UserPush
+    socket: WebSocket[UUID | None, Any, Any],
+    sessions: NamedDependency[Sessions],
+    replies: NamedDependency[ReplyService],
+    push: NamedDependency[UserPush],
 ) -> None:
     await socket.accept()
     if not same_origin(socket):
         await socket.close(CLOSE_POLICY, "cross-origin WebSocket refused")
         return
+    # Closed after the handshake, with a code the page can tell apart (a guard's refusal would
+    # close it before accepting, which a browser reports as a bare failure).
+    user = await logged_in_user(socket, sessions)
     if user is None:
         await socket.close(CLOSE_UNAUTHORIZED, "log in first")
         return

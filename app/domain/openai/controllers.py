@@ -7,14 +7,15 @@ protocol's shapes are in app/domain/openai/schemas.py, the error shape in app/do
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from litestar import Request, Response, Router, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody
 from litestar.response import Stream
 
-from app.domain.accounts.dependencies import api_key_user
-from app.domain.accounts.models import User
+from app.domain.accounts.authentication import ApiKeyAuthenticationMiddleware
 from app.domain.chat.replies import ReplyService
 from app.domain.openai.errors import ERRORS, openai_error_response
 from app.domain.openai.schemas import ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
@@ -32,11 +33,10 @@ from app.engine import Engine
     },
 )
 async def chat_completions(
-    request: Request,
-    replies: ReplyService,
-    engine: Engine,
-    key_owner: User,
-    data: ChatCompletionRequest,
+    request: Request[UUID, Any, Any],
+    replies: NamedDependency[ReplyService],
+    engine: NamedDependency[Engine],
+    data: JSONBody[ChatCompletionRequest],
 ) -> Response[Any] | Stream:
     """A chat completion, as JSON or (`stream: true`) as server-sent events, like OpenAI's.
 
@@ -44,21 +44,19 @@ async def chat_completions(
     JSON, JSON nested too deeply and text that cannot be stored are 400s in OpenAI's shape, and a
     client that leaves mid-body is a quiet 499.
     """
-    return await OpenAIServingChat(replies, engine).create(request, key_owner.id, data)
+    return await OpenAIServingChat(replies, engine).create(request, request.user, data)
 
 
 @get("/models", responses={401: ResponseSpec(OpenAIErrorBody, description=ERRORS[401])})
-async def list_models(engine: Engine, key_owner: User) -> ModelList:
+async def list_models(engine: NamedDependency[Engine]) -> ModelList:
     return ModelList(data=[ModelCard(id=engine.model_name)])
 
 
 openai_router = Router(
     path="/v1",
     route_handlers=[chat_completions, list_models],
-    # Every route here is an API key's owner's. Not named `user`: OpenAI's body has a `user` field,
-    # and Litestar reports a body field that fails validation under a dependency's name as the
-    # server's fault, a 500 (`_create_exception`, litestar/_signature/model.py).
-    dependencies={"key_owner": Provide(api_key_user)},
+    # Every route here is an API key's owner's (`request.user`, the owner's id).
+    middleware=[ApiKeyAuthenticationMiddleware],
     # The domain's error classes too: Litestar picks the handler by the error's class first
     # (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py), so the
     # app's map would win for them.
