@@ -17,9 +17,8 @@ from litestar.response import Stream
 from app.domain.accounts.dependencies import current_user
 from app.domain.accounts.models import User
 from app.domain.chat.push_events import PushEvent, UserPush
-from app.domain.sse import STREAM_HEADERS
+from app.domain.sse import SSE_KEEPALIVE, STREAM_HEADERS
 from app.settings import Settings
-from app.streaming.framing import SSE_KEEPALIVE
 
 _encode = msgspec.json.Encoder().encode
 
