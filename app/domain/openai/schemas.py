@@ -89,11 +89,17 @@ class ChunkChoice(msgspec.Struct):
     finish_reason: str | None
 
 
-class ChatCompletionChunk(msgspec.Struct, kw_only=True):
+class _Completion(msgspec.Struct, kw_only=True):
+    """What a completion and each of its chunks begin with."""
+
     id: str
-    object: str = "chat.completion.chunk"
+    object: str
     created: int
     model: str
+
+
+class ChatCompletionChunk(_Completion, kw_only=True):
+    object: str = "chat.completion.chunk"  # (a redefined field keeps its place)
     choices: list[ChunkChoice]
     # With `stream_options.include_usage`: null on every chunk but the last, which has only it.
     usage: dict[str, int] | UnsetType | None = UNSET
@@ -105,11 +111,8 @@ class CompletionChoice(msgspec.Struct):
     finish_reason: str
 
 
-class ChatCompletion(msgspec.Struct, kw_only=True):
-    id: str
+class ChatCompletion(_Completion, kw_only=True):
     object: str = "chat.completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
     usage: dict[str, int]
 
