@@ -1,9 +1,11 @@
-"""The one exception map: each domain error answers with its status and message, over HTTP (the
-app factory's handlers), under /v1 (OpenAI's error shape) and on the WebSocket (`rejected`)."""
+"""One base class for the domain's errors: each answers with its status and message, over HTTP
+(the app factory's handlers), under /v1 (OpenAI's error shape) and on the WebSocket (`rejected`),
+and the routes' `raises=` document the same statuses."""
 
 from __future__ import annotations
 
 from litestar import Litestar, Router, get
+from litestar.exceptions import NotFoundException, ServiceUnavailableException
 from litestar.testing import TestClient
 
 from app.domain.accounts.ratelimit import TooManyAttemptsError
@@ -12,10 +14,10 @@ from app.domain.chat.frames import BadFrameError
 from app.domain.chat.replies import NotFoundError, TooManyRepliesError
 from app.domain.chat.reply_rows import NotRegenerableError
 from app.domain.chat.websocket import rejection
-from app.domain.errors import InvalidInputError
+from app.domain.errors import DomainError, EngineRefusedError, InvalidInputError, UnavailableError
 from app.domain.json_input import BadJsonError
 from app.domain.openai.controllers import openai_router
-from app.engine.base import EngineUnavailableError, PromptTooLongError
+from app.domain.refusals import ConflictError, documented
 from app.web.errors import EXCEPTION_HANDLERS
 
 CASES = {
@@ -23,8 +25,8 @@ CASES = {
     "conversation": (ConversationNotFoundError("x"), 404, "no such conversation"),
     "regenerate": (NotRegenerableError("only the latest"), 409, "only the latest"),
     "busy": (TooManyRepliesError(8), 429, str(TooManyRepliesError(8))),
-    "down": (EngineUnavailableError("shutting down"), 503, "shutting down"),
-    "engine": (PromptTooLongError(9, 8), 400, str(PromptTooLongError(9, 8))),  # other EngineErrors
+    "down": (UnavailableError("shutting down"), 503, "shutting down"),
+    "engine": (EngineRefusedError("prompt too long"), 400, "prompt too long"),
     "input": (InvalidInputError("bad value"), 400, "bad value"),
     "field": (
         InvalidInputError("max_tokens too big", field="max_tokens"),
@@ -96,3 +98,23 @@ def test_a_frame_the_websocket_cannot_read_keeps_its_own_answer() -> None:
         "unknown type 'x'",
         None,
     )
+
+
+def test_a_route_documents_the_statuses_of_the_domain_errors_it_raises() -> None:
+    assert documented(NotFoundError, ConversationNotFoundError) == [NotFoundException]
+    assert documented(NotRegenerableError, UnavailableError) == [
+        ConflictError,
+        ServiceUnavailableException,
+    ]
+
+
+def test_every_domain_error_class_has_a_status_litestar_can_document() -> None:
+    """`documented` maps every status a domain error has (a new one needs its Litestar class)."""
+    pending, seen = [DomainError], []
+    while pending:
+        cls = pending.pop()
+        seen.append(cls)
+        pending.extend(cls.__subclasses__())
+    assert TooManyAttemptsError in seen and BadFrameError in seen  # not vacuous
+    for cls in seen:
+        assert documented(cls)[0].status_code == cls.status

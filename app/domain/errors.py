@@ -1,9 +1,34 @@
-"""The base of the domain's own refusals that no more specific class names."""
+"""The domain's refusals: one base class, each subclass carrying what it means for a client.
+
+A `DomainError` is a request the domain refuses, the client's fault or the server's state: its
+`status` (an HTTP status) and `public_message` (what the client may read) are all that every
+transport needs: the app's exception handlers (app/web/errors.py), `/v1`'s error shape
+(app/domain/openai/errors.py), the WebSocket's `rejected` frame (app/domain/chat/websocket.py)
+and the routes' `raises=` lists (app/domain/refusals.py). Anything else that escapes is a bug:
+a 500. Each class keeps its builtin base too (ValueError, LookupError...), so callers that catch
+those keep working.
+"""
 
 from __future__ import annotations
 
+from typing import ClassVar
 
-class InvalidInputError(ValueError):
+
+class DomainError(Exception):
+    status: ClassVar[int] = 400
+    message: ClassVar[str | None] = None
+    """What the client reads; None: the error's own text, written for the user."""
+
+    @property
+    def public_message(self) -> str:
+        return self.message if self.message is not None else str(self)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidInputError(DomainError, ValueError):
     """A request's value the domain refuses (out of range, not storable...): the client's fault.
 
     A ValueError, so callers that catch ValueError keep working; a plain ValueError elsewhere is a
@@ -15,6 +40,20 @@ class InvalidInputError(ValueError):
         self.field = field
 
 
-class NotLoggedInError(PermissionError):
+class NotLoggedInError(DomainError, PermissionError):
     """The request's session names no user (any more): the account was deleted since. For the
     routes whose own query checks the user instead of a separate read (ReplyService.send)."""
+
+    status = 401
+    message = "log in first"
+
+
+class EngineRefusedError(DomainError):
+    """The engine cannot serve this prompt (too long for its context...): its message says why.
+    The engine's own errors know nothing of clients; ReplyService turns them into these."""
+
+
+class UnavailableError(DomainError):
+    """The server is not taking replies now (not started, shutting down): try again shortly."""
+
+    status = 503

@@ -13,8 +13,8 @@ from contextlib import aclosing
 from litestar.response import Stream
 
 from app.streaming.events import StreamEvent
-from app.streaming.framing import SSE_KEEPALIVE
 
+SSE_KEEPALIVE = b": keepalive\n\n"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 

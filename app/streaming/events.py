@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 
 class Status(StrEnum):
@@ -68,16 +67,6 @@ class Final:
     # has not taken it yet; the server keeps retrying (see app/streaming/saving.py).
     saved: bool = True
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "finish_reason": self.finish_reason,
-            "usage": self.usage,
-            "timings": self.timings,
-            "error": self.error,
-            "saved": self.saved,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class Start:
@@ -87,14 +76,6 @@ class Start:
     message_id: str
     conversation_id: str
     user_message_id: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "message_id": self.message_id,
-            "conversation_id": self.conversation_id,
-            "user_message_id": self.user_message_id,
-            "offset": self.id,
-        }
 
 
 StreamEvent = Start | Delta | Final

@@ -1,8 +1,8 @@
 """The app's exception map: each domain error (app/domain/refusals.py) becomes its HTTP answer.
 
 Litestar picks a handler by the exception's class (`get_exception_handler` walks the class's MRO:
-litestar/middleware/_internal/exceptions/middleware.py), so the handlers are keyed by the domain's
-error classes. The answer is the one Litestar gives an HTTPException (`create_exception_response`):
+litestar/middleware/_internal/exceptions/middleware.py), so one handler, keyed by the domain's
+errors' base class, answers them all. The answer is the one Litestar gives an HTTPException (`create_exception_response`):
 `{"status_code", "detail"}`. Log-in and sign-up limits keep their own body, `{"detail"}`, and
 their Retry-After header.
 """

@@ -2,7 +2,11 @@
  * The page's WebSocket transport: one same-origin socket (/ws, authenticated by the session
  * cookie) shared by every reply on the page. Sends {"type":"send"|"regenerate"|"edit"|"cancel"|"resume"};
  * receives the same events as SSE as JSON objects {"type","id",...payload}, plus "rejected" and
- * "ping".
+ * "ping" (the frames: app/domain/chat/frames.py).
+ * Each frame that opens a stream (send, regenerate, edit, resume) carries a fresh `client_ref`;
+ * the server echoes it on the stream's "start" and on a "rejected" that refuses the frame, so both
+ * reach the reply that asked, however many are in flight. After the start, a reply's frames are
+ * routed by its message_id.
  * A closed socket fails every reply reading from it with ConnectionLost; the ReplyStream then
  * resumes on a new socket from its last offset.
  * With `events` set (push.js), the socket is also the page's push channel: it sends "subscribe"
@@ -70,8 +74,7 @@ export class WsTransport {
     this.ws = null;
     this.connecting = null;
     this.subs = new Map(); // message_id -> Channel
-    this.pending = []; // sends awaiting their start event: {ref, channel}
-    this.resuming = []; // resumes awaiting their start event: {messageId, channel}
+    this.waiting = new Map(); // client_ref -> Channel: frames awaiting their start (or refusal)
     this.watchdog = 0;
     this.events = false; // the page's push channel rides on this socket (push.js)
     this.onEvent = this.onOpen = this.onClose = null;
@@ -139,10 +142,9 @@ export class WsTransport {
     clearTimeout(this.watchdog);
     this.ws = null;
     for (const ch of this.subs.values()) ch.fail(err);
-    for (const p of this.pending) p.channel.fail(err);
+    for (const ch of this.waiting.values()) ch.fail(err);
     this.subs.clear();
-    this.pending = [];
-    this.resuming = [];
+    this.waiting.clear();
   }
 
   /** Close the socket and fail every reply on it (they reconnect and resume). */
@@ -172,32 +174,20 @@ export class WsTransport {
       this.onEvent?.(msg);
       return;
     }
+    const asker = msg.client_ref != null ? this.waiting.get(msg.client_ref) : undefined;
+    if (asker && (type === "rejected" || type === "start")) this.waiting.delete(msg.client_ref);
     if (type === "rejected") {
+      // No asker: a frame nobody waits on (a cancel, or a reply given up on) was refused.
+      if (!asker) return;
       const err = new RejectedError(msg.error || msg.detail);
       if (typeof msg.status === "number") err.status = msg.status;
-      if (msg.client_ref != null) {
-        // Sends always carry a client_ref, and the server echoes it even for a refused send.
-        const idx = this.pending.findIndex((p) => p.ref === msg.client_ref);
-        if (idx !== -1) this.pending.splice(idx, 1)[0].channel.fail(err);
-      } else if (this.resuming.length) {
-        // resume/cancel frames carry no ref: a refusal goes to the oldest unanswered resume.
-        this.resuming.shift().channel.fail(err);
-      }
+      asker.fail(err);
       return;
     }
     const id = msg.message_id != null ? String(msg.message_id) : null;
     if (!id) return;
-    let ch = this.subs.get(id);
-    if (!ch && type === "start") {
-      let idx = this.pending.findIndex((p) => msg.client_ref != null && p.ref === msg.client_ref);
-      if (idx === -1 && this.pending.length) idx = 0;
-      if (idx !== -1) {
-        const [p] = this.pending.splice(idx, 1);
-        ch = p.channel;
-        this.subs.set(id, ch);
-      }
-    }
-    if (type === "start") this.resuming = this.resuming.filter((r) => r.messageId !== id);
+    if (type === "start" && asker) this.subs.set(id, asker);
+    const ch = this.subs.get(id);
     if (!ch) return; // a reply nobody on this page reads any more
     ch.push({ type, id: typeof msg.id === "number" ? msg.id : null, data: msg });
     if (type === "final" || type === "error") this.subs.delete(id);
@@ -208,7 +198,6 @@ export class WsTransport {
     const channel = new Channel();
     const onAbort = () => channel.fail(abortError(signal));
     signal.addEventListener("abort", onAbort, { once: true });
-    let ref = null;
     let messageId = null;
     try {
       let stopWaiting;
@@ -219,22 +208,20 @@ export class WsTransport {
           signal.addEventListener("abort", stopWaiting, { once: true });
         }),
       ]).finally(() => signal.removeEventListener("abort", stopWaiting));
-      if (request.kind === "send" || request.kind === "regenerate" || request.kind === "edit") {
-        ref = `c${Date.now().toString(36)}${(refCounter++).toString(36)}`;
-        this.pending.push({ ref, channel });
-        const frames = {
-          send: () => ({ type: "send", conversation_id: request.conversationId, content: request.content }),
-          regenerate: () => ({ type: "regenerate", message_id: request.messageId }),
-          edit: () => ({ type: "edit", message_id: request.messageId, content: request.content }),
-        };
-        ws.send(JSON.stringify({ ...frames[request.kind](), client_ref: ref }));
-      } else {
+      const frames = {
+        send: () => ({ type: "send", conversation_id: request.conversationId, content: request.content }),
+        regenerate: () => ({ type: "regenerate", message_id: request.messageId }),
+        edit: () => ({ type: "edit", message_id: request.messageId, content: request.content }),
+        resume: () => ({ type: "resume", message_id: request.messageId, after: request.after ?? 0 }),
+      };
+      if (request.kind === "resume") {
         messageId = String(request.messageId);
         this.subs.get(messageId)?.fail(new ConnectionLost("Superseded by a new subscription."));
         this.subs.set(messageId, channel);
-        this.resuming.push({ messageId, channel });
-        ws.send(JSON.stringify({ type: "resume", message_id: request.messageId, after: request.after ?? 0 }));
       }
+      const ref = `c${Date.now().toString(36)}${(refCounter++).toString(36)}`;
+      this.waiting.set(ref, channel);
+      ws.send(JSON.stringify({ ...frames[request.kind](), client_ref: ref }));
       for (;;) {
         const ev = await channel.next();
         if (ev.type === "start") messageId = String(ev.data.message_id);
@@ -243,8 +230,7 @@ export class WsTransport {
       }
     } finally {
       signal.removeEventListener("abort", onAbort);
-      this.pending = this.pending.filter((p) => p.channel !== channel);
-      this.resuming = this.resuming.filter((r) => r.channel !== channel);
+      for (const [ref, ch] of this.waiting) if (ch === channel) this.waiting.delete(ref);
       if (messageId && this.subs.get(messageId) === channel) this.subs.delete(messageId);
     }
   }

@@ -423,14 +423,16 @@ test("WS: socket closes mid-reply -> new socket, resume with after=last id", asy
   const { done } = run(ws);
   await tick();
   const s1 = FakeSocket.last;
-  s1.serverSend({ type: "start", id: 0, message_id: "m1", offset: 0 });
+  s1.serverSend({ type: "start", id: 0, message_id: "m1", offset: 0, client_ref: s1.sent[0].client_ref });
   s1.serverSend({ type: "delta", id: 3, message_id: "m1", text: "abc" });
   s1.serverClose();
   await tick();
   const s2 = FakeSocket.last;
   assert.notEqual(s1, s2);
-  assert.deepEqual(s2.sent[0], { type: "resume", message_id: "m1", after: 3 });
-  s2.serverSend({ type: "start", id: 3, message_id: "m1", offset: 3 });
+  const { client_ref, ...resume } = s2.sent[0];
+  assert.deepEqual(resume, { type: "resume", message_id: "m1", after: 3 });
+  assert.notEqual(client_ref, s1.sent[0].client_ref);
+  s2.serverSend({ type: "start", id: 3, message_id: "m1", offset: 3, client_ref });
   s2.serverSend({ type: "delta", id: 5, message_id: "m1", text: "de" });
   s2.serverSend({ type: "final", id: 5, message_id: "m1", status: "completed" });
   const s = await done;
@@ -472,7 +474,7 @@ test("WS: Stop sends a cancel frame on the socket and reads the final", async ()
   const { rs, done } = run(ws);
   await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
   const sock = FakeSocket.last;
-  sock.serverSend({ type: "start", id: 0, message_id: "m1", offset: 0 });
+  sock.serverSend({ type: "start", id: 0, message_id: "m1", offset: 0, client_ref: sock.sent[0].client_ref });
   sock.serverSend({ type: "delta", id: 1, message_id: "m1", text: "a" });
   await until(() => rs.state.text === "a");
   rs.stop();
@@ -482,15 +484,16 @@ test("WS: Stop sends a cancel frame on the socket and reads the final", async ()
   assert.equal(s.status, "cancelled");
 });
 
-test("WS: a refused resume (no client_ref) reaches the resuming reply: truncated, not retried forever", async () => {
+test("WS: a refused resume reaches the resuming reply by its client_ref: truncated, not retried forever", async () => {
   const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
   const state = new ReplyState({ messageId: "m9", text: "abc" });
   const before = FakeSocket.all.length;
   const { done } = run(ws, { kind: "resume" }, state);
   await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
   const sock = FakeSocket.last;
-  assert.deepEqual(sock.sent[0], { type: "resume", message_id: "m9", after: 3 });
-  sock.serverSend({ type: "rejected", error: "no such message", client_ref: null, status: 404 });
+  const { client_ref, ...resume } = sock.sent[0];
+  assert.deepEqual(resume, { type: "resume", message_id: "m9", after: 3 });
+  sock.serverSend({ type: "rejected", error: "no such message", client_ref, status: 404 });
   const s = await done;
   assert.equal(s.status, "truncated");
   assert.equal(s.text, "abc");

@@ -11,6 +11,8 @@ import asyncio
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from app.domain.errors import DomainError
+
 MIN_PASSWORD_LENGTH = 8
 
 hasher = PasswordHasher()
@@ -19,7 +21,7 @@ hasher = PasswordHasher()
 _DUMMY_HASH: str | None = None
 
 
-class WeakPasswordError(ValueError):
+class WeakPasswordError(DomainError, ValueError):
     """The password is too short to be accepted."""
 
 

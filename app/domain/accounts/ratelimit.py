@@ -24,6 +24,7 @@ that every replica counts against the same buckets.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Sequence
@@ -32,13 +33,22 @@ from typing import Protocol
 
 from redis.asyncio import Redis
 
+from app.domain.errors import DomainError
 
-class TooManyAttemptsError(Exception):
+
+class TooManyAttemptsError(DomainError):
     """A limit is reached; `retry_after_s` is when a slot frees up."""
+
+    status = 429
+    message = "too many attempts: try again shortly"
 
     def __init__(self, retry_after_s: float) -> None:
         super().__init__(f"too many attempts: retry after {retry_after_s:.0f} s")
         self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(math.ceil(self.retry_after_s))}
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,16 +17,20 @@ from app.db.session import Sessions, transaction
 from app.domain.accounts import passwords
 from app.domain.accounts.api_keys import generate_api_key, hash_api_key, looks_like_api_key
 from app.domain.accounts.models import ApiKey, User
+from app.domain.errors import DomainError
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 """`last_used_at` is refreshed at most this often: a busy key must not cost a write per request."""
 
 
-class EmailTakenError(ValueError):
+class EmailTakenError(DomainError, ValueError):
     """A user with this email (in any letter case) already exists."""
 
+    status = 409
+    message = "an account with this email already exists"
 
-class InvalidEmailError(ValueError):
+
+class InvalidEmailError(DomainError, ValueError):
     """Not an email address."""
 
 

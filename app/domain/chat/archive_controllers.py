@@ -13,7 +13,6 @@ from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
     ClientException,
     NotAuthorizedException,
-    NotFoundException,
     PermissionDeniedException,
 )
 from litestar.params import FromPath, JSONBody, QueryParameter
@@ -37,14 +36,15 @@ from app.domain.chat.models import ReplyRating
 from app.domain.chat.replies import NotFoundError
 from app.domain.chat.schemas import ConversationResponse
 from app.domain.json_input import text_problem
+from app.domain.refusals import documented
 
 # The errors each kind of route answers, for the OpenAPI document: no session (401), a write
 # without the CSRF header (403), an id that is not the user's (404). (Litestar documents the 400
 # of a bad query or body itself; listing ClientException too would make its schema ambiguous.)
 READ = [NotAuthorizedException]
-READ_ONE = [*READ, NotFoundException]
+READ_ONE = [*READ, *documented(NotFoundError, ConversationNotFoundError)]
 WRITE = [*READ, PermissionDeniedException]
-WRITE_ONE = [*WRITE, NotFoundException]
+WRITE_ONE = [*WRITE, *documented(NotFoundError, ConversationNotFoundError)]
 
 
 def download(file: export.ExportFile) -> Response[bytes]:

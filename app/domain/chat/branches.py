@@ -30,15 +30,21 @@ from app.domain.chat.reply_rows import (
     turn_rows,
 )
 from app.domain.chat.tree import Tree
+from app.domain.errors import DomainError
 from app.streaming.events import Status
 
 
-class NotEditableError(Exception):
+class NotEditableError(DomainError):
     """This message cannot be edited (the message says why, for the user)."""
 
+    status = 409
 
-class UnknownBranchError(LookupError):
+
+class UnknownBranchError(DomainError, LookupError):
     """The message to switch to is not one of this conversation's."""
+
+    status = 404
+    message = "no such message in this conversation"
 
 
 @dataclass(frozen=True, slots=True)

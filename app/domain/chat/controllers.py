@@ -18,14 +18,12 @@ from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
     ClientException,
     NotAuthorizedException,
-    NotFoundException,
     PermissionDeniedException,
-    ServiceUnavailableException,
 )
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.response import Stream
-from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT, HTTP_409_CONFLICT
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
@@ -39,6 +37,7 @@ from app.domain.chat.push_events import (
     UserPush,
 )
 from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService
+from app.domain.chat.reply_frames import page_sse
 from app.domain.chat.schemas import (
     CancelReply,
     ClientMetrics,
@@ -52,8 +51,9 @@ from app.domain.chat.schemas import (
     ShowBranch,
     StopResult,
 )
+from app.domain.errors import UnavailableError
+from app.domain.refusals import ConflictError, documented
 from app.domain.sse import sse_response
-from app.streaming.framing import page_sse
 
 
 class ServerSentEvent(msgspec.Struct):
@@ -78,16 +78,10 @@ Litestar would send their JSON errors with it too.)"""
 # (401), a write without the CSRF header (403), an id that is not the user's (404), a reply that
 # cannot be regenerated (409), an engine that is not taking requests (503).
 READ = [NotAuthorizedException]
-READ_ONE = [*READ, NotFoundException]
+READ_ONE = [*READ, *documented(NotFoundError, conversations.ConversationNotFoundError)]
 WRITE = [*READ, PermissionDeniedException]
-WRITE_ONE = [*WRITE, NotFoundException]
-START_REPLY = [*WRITE_ONE, ServiceUnavailableException]
-
-
-class ConflictError(ClientException):
-    """409, for the OpenAPI document (Litestar has no named exception for it)."""
-
-    status_code = HTTP_409_CONFLICT
+WRITE_ONE = [*WRITE, *documented(NotFoundError, conversations.ConversationNotFoundError)]
+START_REPLY = [*WRITE_ONE, *documented(UnavailableError)]
 
 
 CANCEL_WAIT_S = 5.0
@@ -95,7 +89,7 @@ CANCEL_WAIT_S = 5.0
 
 
 def event_stream(reply: ReplyEvents) -> Stream:
-    """The reply's events as the page's server-sent events (app/streaming/framing.py)."""
+    """The reply's events as the page's server-sent events (app/domain/chat/reply_frames.py)."""
     return sse_response(reply.events, functools.partial(page_sse, message_id=reply.message_id))
 
 

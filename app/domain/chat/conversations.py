@@ -17,13 +17,17 @@ from app.db.session import Sessions, transaction
 from app.domain.chat.models import Conversation, ConversationSource, Message
 from app.domain.chat.settings_models import start_from_defaults
 from app.domain.chat.tree import Tree
+from app.domain.errors import DomainError
 
 TITLE_MAX_CHARS = 200
 DEFAULT_TITLE = "New chat"
 
 
-class ConversationNotFoundError(LookupError):
+class ConversationNotFoundError(DomainError, LookupError):
     """No conversation with this id."""
+
+    status = 404
+    message = "no such conversation"
 
 
 def clean_title(title: str | None) -> str:

@@ -1,5 +1,10 @@
-"""The WebSocket's client frames: a msgspec tagged union on `type`, each one a request struct of the
-chat protocol (app/domain/chat/schemas.py) plus the `client_ref` that the answer echoes.
+"""The WebSocket's frames, both ways: msgspec tagged unions on `type`.
+
+The client's are request structs of the chat protocol (app/domain/chat/schemas.py), each with a
+`client_ref` of its own choosing that the server's answer echoes: the `start` of the reply it
+asked for, or the `rejected` that refuses it. The server's are a reply's events (the same structs
+as the SSE stream's: app/domain/chat/reply_frames.py), `ping` when idle, `rejected`, and, once the
+page has subscribed, its user's push events (app/domain/chat/push_events.py) as `event` frames.
 
 `read_frame` decodes a text frame with one msgspec decoder. A frame it cannot serve raises
 `BadFrameError` carrying the frame's `client_ref` when that can be echoed; the answers are those
@@ -14,7 +19,10 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
+from app.domain.chat.push_events import PushEvent
+from app.domain.chat.reply_frames import PageFrame
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage
 from app.domain.errors import InvalidInputError
 from app.domain.json_input import TOO_DEEP, BadJsonError, decode_frame, text_problem
@@ -60,7 +68,8 @@ _decoder = msgspec.json.Decoder(ClientFrame)
 
 
 class BadFrameError(InvalidInputError):
-    """A frame the socket refuses before serving it; `status` None: answered without one."""
+    """A frame the socket refuses before serving it; `status` None: answered without one (an
+    unknown type, fields that do not fit it)."""
 
     def __init__(self, message: str, client_ref: str | None, status: int | None = 400) -> None:
         super().__init__(message)
@@ -103,3 +112,35 @@ def _refusal(text: str, exc: Exception) -> Exception:
             status=None,
         )
     return BadFrameError(f"invalid {kind} request: {exc}", client_ref, status=None)
+
+
+# -- the server's frames ------------------------------------------------------------------------
+
+
+class PingFrame(msgspec.Struct, tag_field="type", tag="ping"):
+    """Sent when the socket is idle: the page knows it is still alive."""
+
+
+class RejectedFrame(msgspec.Struct, tag_field="type", tag="rejected"):
+    """A client frame the server cannot serve: the socket and its other replies go on."""
+
+    error: str
+    client_ref: str | None  # the refused frame's, if it had one that can be echoed
+    status: int | UnsetType = UNSET  # left out for a frame of an unknown type or shape
+
+
+ServerFrame = PageFrame | PingFrame | RejectedFrame  # and PushEvent, as `event_frame` writes it
+
+_encode = msgspec.json.Encoder().encode
+PING = _encode(PingFrame())
+
+
+def encode(frame: ServerFrame) -> bytes:
+    return _encode(frame)
+
+
+def event_frame(event: PushEvent) -> bytes:
+    """A push event as a frame: `type` is `event`, then the event's own fields, `event` naming it
+    (its tag). msgspec cannot nest one tagged struct's fields in another's, so the frame is the
+    event's JSON object with `type` written in front."""
+    return b'{"type":"event",' + _encode(event)[1:]

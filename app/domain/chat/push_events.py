@@ -144,8 +144,3 @@ _decode = msgspec.json.Decoder(PushEvent).decode
 
 def _started(generation: Generation) -> ReplyStarted:
     return ReplyStarted(generation.conversation_id, generation.message_id)
-
-
-def as_json(event: PushEvent) -> dict[str, object]:
-    """The event as the transports send it: its fields, and `event` naming it."""
-    return msgspec.to_builtins(event)  # type: ignore[no-any-return]

@@ -18,9 +18,8 @@ from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.chat.push_events import PushEvent, UserPush
-from app.domain.sse import STREAM_HEADERS
+from app.domain.sse import SSE_KEEPALIVE, STREAM_HEADERS
 from app.settings import Settings
-from app.streaming.framing import SSE_KEEPALIVE
 
 _encode = msgspec.json.Encoder().encode
 

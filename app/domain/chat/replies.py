@@ -28,7 +28,8 @@ from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
-from app.engine.base import EngineEvent, EngineUnavailableError, SamplingParams
+from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
+from app.engine.base import EngineError, EngineEvent, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.follower import Follower
 from app.streaming.generation import Generation
@@ -37,12 +38,17 @@ from app.streaming.store import ReplyStore
 from app.streaming.subscriber import follow_live
 
 
-class NotFoundError(LookupError):
+class NotFoundError(DomainError, LookupError):
     """No such conversation or message for this user (foreign ids look exactly like missing ones)."""
 
+    status = 404
+    message = "no such message"
 
-class TooManyRepliesError(Exception):
+
+class TooManyRepliesError(DomainError):
     """The user already has as many replies streaming (or queued) here as one user may."""
+
+    status = 429
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -55,7 +61,7 @@ class TooManyRepliesError(Exception):
 @dataclass(frozen=True, slots=True)
 class ReplyEvents:
     """One client's view of a reply: its id, and its events from `ReplyService.follow` (None: idle,
-    send a heartbeat), which the transport frames with app/streaming/framing.py."""
+    send a heartbeat), which the transport frames (app/domain/chat/reply_frames.py)."""
 
     message_id: str
     events: AsyncGenerator[StreamEvent | None, None]  # what `follow`, a generator, returns
@@ -220,7 +226,7 @@ class ReplyService:
         self, user_id: UUID, messages: list[dict[str, str]], params: SamplingParams
     ) -> Generation:
         """A `/v1` call (the client's whole message list): once the engine accepts it, its `api`
-        conversation, question and streaming reply in one transaction. Raises EngineError (or
+        conversation, question and streaming reply in one transaction. Raises EngineRefusedError (or
         TooManyRepliesError) before writing anything."""
 
         async def write(request_id: str) -> tuple[Message, str, str]:
@@ -243,7 +249,7 @@ class ReplyService:
         """Answer a reply's question again; the new reply is a new version next to the old one.
 
         Same order as `start`: the engine accepts the prompt before any row changes. Raises
-        NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or EngineError before
+        NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or EngineRefusedError before
         writing anything.
         """
         old = await conversations.get_message(self.sessions, user_id, message_id)
@@ -272,7 +278,7 @@ class ReplyService:
     ) -> Generation:
         """The edited question and its reply, in `start`'s order, with the conversation's settings
         like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
-        EngineError before writing anything."""
+        EngineRefusedError before writing anything."""
         edited = await conversations.get_message(self.sessions, user_id, message_id)
         if edited is None or edited.role is not MessageRole.USER:
             raise NotFoundError(message_id)
@@ -302,14 +308,19 @@ class ReplyService:
         params: SamplingParams,
         write: Callable[[str], Awaitable[tuple[Message, str, str]]],
     ) -> Generation:
-        """The engine accepts the prompt (or raises EngineError), then `write(request_id)`
+        """The engine accepts the prompt (or raises EngineRefusedError), then `write(request_id)`
         persists the turn and answers (the reply row, its question's id, its source); a write that
         fails aborts the engine request, so nothing is left half-done on either side."""
         if not self.manager.accepting:
-            raise EngineUnavailableError("the server is shutting down: try again in a moment")
+            raise UnavailableError("the server is shutting down: try again in a moment")
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
             request_id = uuid.uuid4().hex
-            stream = self.manager.open_stream(request_id, messages, params, owner=str(user_id))
+            try:
+                stream = self.manager.open_stream(request_id, messages, params, owner=str(user_id))
+            except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
+                raise UnavailableError(str(exc)) from exc
+            except EngineError as exc:
+                raise EngineRefusedError(str(exc)) from exc
             try:
                 reply, question_id, source = await write(request_id)
             except BaseException:

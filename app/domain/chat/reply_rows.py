@@ -39,7 +39,7 @@ from app.domain.chat.conversations import (
     titles_like,
 )
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
-from app.domain.errors import InvalidInputError
+from app.domain.errors import DomainError, InvalidInputError
 from app.streaming.events import Status
 from app.streaming.generation import Outcome
 
@@ -47,8 +47,10 @@ API_TITLE_CHARS = 80
 """A `/v1` call's conversation is titled with the start of its question."""
 
 
-class NotRegenerableError(Exception):
+class NotRegenerableError(DomainError):
     """This reply cannot be answered again (the message says why, for the user)."""
+
+    status = 409
 
 
 # --- the record: an Outcome as the row's columns, and back --------------------------------------

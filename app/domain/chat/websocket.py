@@ -9,8 +9,8 @@ streaming on it carry on. After a `subscribe`, the socket is also the page's pus
 user's events as `event` frames (app/domain/chat/push_events.py).
 
 Like the SSE routes, this only translates: frames are decoded into the protocol's structs
-(app/domain/chat/frames.py), dispatched by their type to the reply service, and the events it
-returns are framed by app/streaming/framing.py.
+(app/domain/chat/frames.py), dispatched by their type to the reply service, and what it returns
+is sent as the server's frames (the same module).
 """
 
 from __future__ import annotations
@@ -26,27 +26,30 @@ from uuid import UUID
 
 from litestar import WebSocket, websocket
 from litestar.di import NamedDependency
+from msgspec import UNSET
 
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import logged_in_user
 from app.domain.accounts.models import User
 from app.domain.chat.frames import (
-    BadFrameError,
+    PING,
     CancelFrame,
     ClientFrame,
     EditFrame,
     RegenerateFrame,
+    RejectedFrame,
     ResumeFrame,
     SendFrame,
     SubscribeFrame,
+    encode,
+    event_frame,
     read_frame,
 )
-from app.domain.chat.push_events import PushEvent, UserPush, as_json
+from app.domain.chat.push_events import PushEvent, UserPush
 from app.domain.chat.replies import ReplyEvents, ReplyService
-from app.domain.errors import InvalidInputError
+from app.domain.chat.reply_frames import page_ws
+from app.domain.errors import DomainError, InvalidInputError
 from app.domain.json_input import BadJsonError
-from app.domain.refusals import refusal_for
-from app.streaming.framing import page_ws
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +68,10 @@ def same_origin(socket: WebSocket) -> bool:
 
 def rejection(exc: Exception, frame: object) -> tuple[str, int | None]:
     """The `rejected` frame's error and status for a frame that failed: the one place where the
-    WebSocket translates an error. A frame it could not read keeps its own answer; a domain error
-    gets its status from app/domain/refusals.py, as over HTTP; anything else is a bug, a 500."""
-    if isinstance(exc, BadFrameError):
-        return str(exc), exc.status
-    if (refusal := refusal_for(exc)) is not None:
-        return refusal.message, refusal.status
+    WebSocket translates an error. A domain error carries both (app/domain/errors.py), as over
+    HTTP, a frame the socket could not read included; anything else is a bug, a 500."""
+    if isinstance(exc, DomainError):
+        return exc.public_message, exc.status
     log.error("the WebSocket request %r failed", frame, exc_info=exc)
     return "internal server error", 500
 
@@ -95,9 +96,10 @@ class ChatSocket:
             SubscribeFrame: self.on_subscribe,
         }
 
-    async def send(self, payload: dict[str, Any]) -> None:
+    async def send(self, frame: bytes) -> None:
+        """One encoded frame (app/domain/chat/frames.py), as a text frame."""
         async with self._send_lock:
-            await self.socket.send_json(payload)
+            await self.socket.send_text(frame)
 
     async def run(self) -> None:
         try:
@@ -122,8 +124,9 @@ class ChatSocket:
         except Exception as exc:
             client_ref = frame.client_ref if frame is not None else getattr(exc, "client_ref", None)
             error, status = rejection(exc, frame)
-            rejected = {"type": "rejected", "error": error, "client_ref": client_ref}
-            await self.send(rejected if status is None else {**rejected, "status": status})
+            await self.send(
+                encode(RejectedFrame(error, client_ref, UNSET if status is None else status))
+            )
 
     async def on_send(self, frame: SendFrame) -> None:
         if frame.conversation_id is None:
@@ -163,13 +166,8 @@ class ChatSocket:
         with contextlib.suppress(Exception):  # a dead socket ends this stream, not the others
             async with aclosing(events):
                 async for event in events:
-                    if event is None:
-                        await self.send({"type": "ping"})
-                        continue
-                    payload = page_ws(event, reply.message_id)
-                    if payload["type"] == "start":
-                        payload["client_ref"] = client_ref
-                    await self.send(payload)
+                    frame = PING if event is None else page_ws(event, reply.message_id, client_ref)
+                    await self.send(frame)
 
     def push_events(self, events: AsyncGenerator[PushEvent | None, None]) -> None:
         """The user's events (app/domain/chat/push_events.py) as `event` frames on this socket,
@@ -182,11 +180,7 @@ class ChatSocket:
         with contextlib.suppress(Exception):  # a dead socket ends this, not the socket's replies
             async with aclosing(events):
                 async for event in events:
-                    await self.send({"type": "ping"} if event is None else as_frame(event))
-
-
-def as_frame(event: PushEvent) -> dict[str, Any]:
-    return {"type": "event", **as_json(event)}
+                    await self.send(PING if event is None else event_frame(event))
 
 
 @websocket("/ws")

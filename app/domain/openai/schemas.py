@@ -1,12 +1,13 @@
-"""The `/v1` protocol: the request of `/v1/chat/completions`, the model list, OpenAI's error shape.
+"""The `/v1` protocol, as vLLM keeps it (entrypoints/openai/protocol.py): the request of
+`/v1/chat/completions`, the completion and its stream's chunks, the model list, OpenAI's error
+shape. Fields are in OpenAI's order: clients read them by name, but the bytes stay the same.
 
-(The completion and its chunks are framed by the streaming core: app/streaming/framing.py.)"""
+(app/domain/openai/chunks.py frames a reply's events as these.)"""
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
+from msgspec import UNSET, UnsetType
 
 
 class ContentPart(msgspec.Struct):
@@ -67,6 +68,69 @@ class ModelList(msgspec.Struct, kw_only=True):
     data: list[ModelCard]
 
 
+# -- the answer: a whole completion, or its stream's chunks -------------------------------------
+
+
+class AssistantMessage(msgspec.Struct, kw_only=True):
+    role: str = "assistant"
+    content: str
+
+
+class ChunkDelta(msgspec.Struct):
+    """What a chunk adds: the role once, at the start, then content; nothing in the last one."""
+
+    role: str | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+
+
+class ChunkChoice(msgspec.Struct):
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None
+
+
+class _Completion(msgspec.Struct, kw_only=True):
+    """What a completion and each of its chunks begin with."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+
+
+class ChatCompletionChunk(_Completion, kw_only=True):
+    object: str = "chat.completion.chunk"  # (a redefined field keeps its place)
+    choices: list[ChunkChoice]
+    # With `stream_options.include_usage`: null on every chunk but the last, which has only it.
+    usage: dict[str, int] | UnsetType | None = UNSET
+
+
+class CompletionChoice(msgspec.Struct):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+
+
+class ChatCompletion(_Completion, kw_only=True):
+    object: str = "chat.completion"
+    choices: list[CompletionChoice]
+    usage: dict[str, int]
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+class StreamErrorDetail(msgspec.Struct):
+    message: str
+    type: str
+
+
+class StreamError(msgspec.Struct):
+    """A failure after the stream's 200: its last chunk before `[DONE]`, as OpenAI sends it."""
+
+    error: StreamErrorDetail
+
+
 class OpenAIErrorDetail(msgspec.Struct):
     message: str
     type: str
@@ -75,7 +139,7 @@ class OpenAIErrorDetail(msgspec.Struct):
 
 
 class OpenAIErrorBody(msgspec.Struct):
-    """OpenAI's error shape, as `openai_error` builds it: for the OpenAPI document."""
+    """OpenAI's error shape: every `/v1` error response's body."""
 
     error: OpenAIErrorDetail
 
@@ -86,5 +150,5 @@ def openai_error(
     kind: str = "invalid_request_error",
     param: str | None = None,
     code: str | None = None,
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+) -> OpenAIErrorBody:
+    return OpenAIErrorBody(OpenAIErrorDetail(message, kind, param, code))

@@ -23,13 +23,13 @@ from litestar.response import Stream
 
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.schemas import ReplyOptions
+from app.domain.openai.chunks import OpenAIChunks, openai_completion
 from app.domain.openai.errors import OpenAIError
 from app.domain.openai.schemas import ChatCompletionRequest, openai_error
 from app.domain.sse import sse_response
 from app.engine import Engine
 from app.engine.base import SamplingParams
 from app.streaming.events import Delta, Final, StreamEvent
-from app.streaming.framing import OpenAIChunks, openai_completion
 
 ROLES = {"system", "user", "assistant"}
 # OpenAI's own defaults for its fields, so a client gets what OpenAI's documentation promises;
