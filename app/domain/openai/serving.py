@@ -29,7 +29,7 @@ from app.domain.openai.schemas import ChatCompletionRequest, openai_error
 from app.domain.sse import sse_response
 from app.engine import Engine
 from app.engine.base import SamplingParams
-from app.streaming.events import Delta, Final, StreamEvent
+from app.streaming.events import Delta, Final, Status, StreamEvent
 
 ROLES = {"system", "user", "assistant"}
 # OpenAI's own defaults for its fields, so a client gets what OpenAI's documentation promises;
@@ -133,7 +133,7 @@ class OpenAIServingChat:
             error = openai_error("client disconnected", kind="server_error")
             return Response(error, status_code=499)
         text, final = collector.result()
-        if final is None or final.status.value == "failed":
+        if final is None or final.status is Status.FAILED:
             message = final.error if final and final.error else "generation failed"
             return Response(openai_error(message, kind="server_error"), status_code=500)
         model = self.engine.model_name

@@ -143,9 +143,6 @@ class Scheduler:
         """Running sequences past their prompt: each takes a decode token in the next step."""
         return sum(1 for seq in self.running if not seq.prefilling)
 
-    def fits_ever(self, seq: Sequence) -> bool:
-        return seq.kv_reserve <= self.kv_cells
-
     def _short(self, seq: Sequence) -> int:
         return self.kv_reserved + self.cache.cells + seq.kv_reserve - self.kv_cells
 
