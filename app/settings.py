@@ -109,9 +109,13 @@ class EngineSettings:
     upstream_slots: int = env("ENGINE_UPSTREAM_SLOTS", 0)
     upstream_connect_timeout_s: float = env("ENGINE_UPSTREAM_CONNECT_TIMEOUT_S", 3.0)
     # Until the response headers and the first text: llama-server sends no header before the
-    # request has a slot and its first token. Also the longest silence mid-reply.
+    # request has a slot and its first token (a long prompt's prefill included).
     upstream_first_token_timeout_s: float = env("ENGINE_UPSTREAM_FIRST_TOKEN_TIMEOUT_S", 60.0)
-    # Consecutive failures that mark an upstream down
+    # The longest silence mid-reply, once text flows: past it the server is taken as hung (the
+    # reply ends failed with its text so far). Other requests' prefill may pause a reply for a
+    # few seconds on a busy server, not for this long.
+    upstream_stall_timeout_s: float = env("ENGINE_UPSTREAM_STALL_TIMEOUT_S", 15.0)
+    # Consecutive failures that mark an upstream down: health checks, or requests (counted apart)
     upstream_failures_to_down: int = env("ENGINE_UPSTREAM_FAILURES_TO_DOWN", 2)
     # Health checks of every upstream, up or down
     upstream_probe_interval_s: float = env("ENGINE_UPSTREAM_PROBE_INTERVAL_S", 2.0)

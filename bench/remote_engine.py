@@ -8,7 +8,8 @@ SmolLM2, `--slots` slots each; the app (uvicorn, ENGINE=openai, a fresh SQLite d
 with an API key, the per-user reply cap lifted) sends to both. Per concurrency level N, a burst of
 N streaming `/v1/chat/completions` requests goes through the app, and the same burst goes direct
 (request i to upstream i mod 2, what the app's least-outstanding routing does with equal
-replies); the order alternates between runs. Printed side by side with the ratio app / direct:
+replies), sampling alike (`VIA_APP`: direct, with every field the app sends a llama-server for
+them); the order alternates between runs. Printed side by side with the ratio app / direct:
 aggregate tok/s (usage completion tokens / the burst's wall time), TTFT p50/p99 (request sent ->
 first chunk with text), inter-chunk gap p50/p99, each the median over `--runs`. A warm-up burst goes to both upstreams first (a
 fresh llama-server's first requests take seconds longer).
@@ -44,7 +45,20 @@ from vs_llama_server import Stream, Target, app_target, prompt, stream_chat
 
 sys.path.insert(0, str(ROOT))
 
+from app.engine.base import SamplingParams
+from app.engine.openai.sampling import sampling_fields
 from tests.llama_server import LlamaServer
+
+# Both ways sample alike: through the app, the /v1 fields (the rest are the app's defaults,
+# app/domain/chat/limits.py); direct, every field the app forwards to a llama-server for them
+# (app/engine/openai/sampling.py), not llama-server's own defaults (top-k 40, no repeat penalty).
+VIA_APP = {"temperature": 0.8, "top_p": 0.9, "min_p": 0.05, "repeat_penalty": 1.1}
+
+
+def sampling(target: Target, max_tokens: int) -> dict[str, Any]:
+    if target.name == "app":
+        return dict(VIA_APP)
+    return sampling_fields(SamplingParams(max_tokens=max_tokens, **VIA_APP), "llamacpp")
 
 
 def pin(pid: int, cpus: set[int]) -> None:
@@ -62,7 +76,7 @@ async def burst(targets: list[Target], n: int, tag: str, max_tokens: int) -> lis
                 "model": target.model,
                 "messages": [{"role": "user", "content": prompt("short", f"{tag}-{i}", i, 0)}],
                 "max_tokens": max_tokens,
-                "temperature": 0.8,
+                **sampling(target, max_tokens),
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }
@@ -108,7 +122,7 @@ async def stop_to_slot_free(target: Target, upstreams: list[LlamaServer], tag: s
         "model": target.model,
         "messages": [{"role": "user", "content": prompt("short", tag, 0, 0)}],
         "max_tokens": 600,
-        "temperature": 0.8,
+        **sampling(target, 600),
         "stream": True,
     }
     async with httpx.AsyncClient(timeout=60) as client:
@@ -151,7 +165,7 @@ async def bench(args: argparse.Namespace, upstreams: list[LlamaServer], app: Ser
         )
         summary.append([str(n), ratio(a["tok_s"], d["tok_s"]), fmt(a["ttft_p50"] - d["ttft_p50"]),
                         ratio(a["gap_p50"], d["gap_p50"])])  # fmt: skip
-    print(f"\n== {args.max_tokens}-token replies, sampled (0.8), 2 upstreams x {args.slots} slots")
+    print(f"\n== {args.max_tokens}-token replies, {VIA_APP}, 2 upstreams x {args.slots} slots")
     print_table(["case", "tok/s", "TTFT p50", "p99", "gap p50", "p99", "errors", "load"], rows)
     print("\n== app / direct")
     print_table(["streams", "tok/s", "TTFT p50 +ms", "gap p50"], summary)

@@ -165,6 +165,7 @@ class EngineStats:
     extra: Mapping[str, float] = field(default_factory=dict)
     backends: tuple[BackendStats, ...] = ()  # the servers behind the engine, if any
     unavailable: str | None = None  # why the engine cannot serve a request now (None: it can)
+    degraded: str | None = None  # what is wrong while it still serves (some upstreams down)
 
 
 @runtime_checkable

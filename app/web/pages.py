@@ -70,6 +70,8 @@ async def readyz(services: NamedDependency[Services]) -> Response[dict[str, Any]
     )
     if checks["model"] == "loaded" and (why := services.engine.stats().unavailable):
         checks["model"] = f"unavailable: {why}"  # e.g. every upstream inference server is down
+    if checks["model"] == "loaded" and (degraded := services.engine.stats().degraded):
+        checks["degraded"] = degraded  # still ready (200): e.g. some upstream servers are down
     try:
         async with services.sessions() as session:
             await session.execute(text("SELECT 1"))

@@ -195,6 +195,32 @@ def test_a_reply_streams_over_page_sse_websocket_and_v1(
     assert sum(b["requests"] for b in backends(admin).values()) == before + 3
 
 
+def test_every_sampling_field_reaches_llama_server_as_its_slots_show(
+    app: tuple[LiveServer, PageClient], upstreams: list[LlamaServer]
+) -> None:
+    """What the upstream really samples with, on its own `/slots` (the slot keeps its last
+    request's params): top_k 0 is no cut there (not its default 40), min_p and the penalties are
+    the request's (not its defaults 0.05, 0, 0, 1), over a window as long as the reply."""
+    _, admin = app
+    wait_all_up(admin)
+    asked = {"top_k": 0, "min_p": 0.02, "frequency_penalty": 0.3, "presence_penalty": 0.2,
+             "repeat_penalty": 1.15, "temperature": 0.8, "top_p": 0.9, "seed": 1234}  # fmt: skip
+    with admin.send(admin.new_conversation(), STORY, max_tokens=8, **asked) as response:
+        record = read_stream(response)
+    assert record.end is not None and record.end.json()["status"] in ("length", "stop")
+    seeded = [
+        slot["params"]
+        for upstream in upstreams
+        for slot in upstream.slots()
+        if slot.get("params", {}).get("seed") == asked["seed"]
+    ]
+    assert len(seeded) == 1, [u.slots() for u in upstreams]
+    (params,) = seeded
+    for name, value in asked.items():
+        assert params[name] == pytest.approx(value), (name, params[name])
+    assert params["repeat_last_n"] == 8 and params["n_predict"] == 8
+
+
 # -- Stop and disconnect free the upstream's slot -----------------------------------------------
 
 
@@ -460,6 +486,28 @@ def test_an_upstream_that_accepts_but_never_sends_trips_the_first_token_timeout(
             time.sleep(0.05)
         stored = admin.wait_final(conversation, record.message_id)
         assert stored["status"] == "failed"
+
+
+def test_readyz_names_a_dead_upstream_while_the_other_serves(
+    app: tuple[LiveServer, PageClient], upstreams: list[LlamaServer]
+) -> None:
+    live, admin = app
+    wait_all_up(admin)
+    assert "degraded" not in httpx.get(f"{live.url}/readyz").json()
+    dead, alive = upstreams
+    kill_upstream(dead)
+    try:
+        deadline = time.monotonic() + 10
+        while "degraded" not in (ready := httpx.get(f"{live.url}/readyz")).json():
+            assert time.monotonic() < deadline, ready.text
+            time.sleep(0.1)
+        assert ready.status_code == 200 and ready.json()["ready"] is True
+        degraded = ready.json()["degraded"]
+        assert dead.openai_url in degraded and alive.openai_url not in degraded, degraded
+    finally:
+        dead.start()
+    wait_all_up(admin)
+    assert "degraded" not in httpx.get(f"{live.url}/readyz").json()
 
 
 # -- last: both down ------------------------------------------------------------------------------

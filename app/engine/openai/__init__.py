@@ -1,5 +1,6 @@
 """ENGINE=openai: the contract over OpenAI-compatible inference servers (`engine.OpenAIRemoteEngine`).
 
 engine.py requests, Stop and failover; upstreams.py routing; health.py health checks; stream.py the
-wire format; request.py one request's state.
+wire format; sampling.py each server's names for the sampling fields; request.py one request's
+state.
 """

@@ -14,8 +14,12 @@ Each request is one asyncio task streaming `POST /chat/completions` from one ups
   Stop can drop for free.
 - Routing (app/engine/openai/upstreams.py): the least-loaded upstream that is up; a failure
   before the first token fails over to another, never after one (the text would be duplicated):
-  then the reply ends `error` with what it had. Health checks (`GET /models`) mark upstreams down
-  and back up.
+  then the reply ends `error` with what it had. Health checks (app/engine/openai/health.py) and
+  failed requests mark upstreams down; health checks bring them back.
+- Deadlines: the first token (ENGINE_UPSTREAM_FIRST_TOKEN_TIMEOUT_S, which covers a long prompt's
+  prefill), then the longest silence mid-reply (ENGINE_UPSTREAM_STALL_TIMEOUT_S, much shorter: a
+  reply frozen that long is a hung server).
+- Sampling fields go by each upstream's own names (app/engine/openai/sampling.py).
 - The upstream's text already comes as text (llama-server never sends half a UTF-8 character:
   tools/server/server-context.cpp, `validate_utf8`), but stop strings are applied here as well,
   with the same hold-back as the local engines, for servers that do not take `stop`.
@@ -106,10 +110,11 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
         headers = {"Authorization": f"Bearer {s.upstream_key}"} if s.upstream_key else {}
         self._client = httpx.AsyncClient(
             headers=headers,
-            # read: the longest silence mid-reply; the first token has its own deadline (_attempt)
+            # read: no limit here; a request's first token and its silences mid-reply have their
+            # own deadline (_attempt), health checks theirs (health.py)
             timeout=httpx.Timeout(
                 connect=s.upstream_connect_timeout_s,
-                read=s.upstream_first_token_timeout_s,
+                read=None,
                 write=s.upstream_connect_timeout_s,
                 pool=None,  # never waits: the app's own queue bounds what is sent
             ),
@@ -174,6 +179,7 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
         return UpstreamRequest(
             request_id=request_id,
             body=chat_body(self._model_name, messages, params),
+            params=params,
             owner=owner,
             detok=IncrementalDetokenizer(stop=params.stop),
         )
@@ -204,6 +210,7 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
             },
             backends=tuple(u.stats() for u in self._pool),
             unavailable=self._pool.unavailable(),
+            degraded=self._pool.degraded(),
         )
 
     # -- one request ----------------------------------------------------------------------------
@@ -231,7 +238,7 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
                 return await self._attempt(req, upstream)
             except _Failed as exc:
                 upstream.errors += 1
-                if self._pool.failed(upstream, str(exc)):
+                if self._pool.request_failed(upstream, str(exc)):
                     log.warning("upstream %s marked down: %s", upstream.base_url, exc)
                     self._admit()
                 self._release(req)
@@ -290,14 +297,17 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
         self, req: UpstreamRequest, upstream: Upstream
     ) -> tuple[FinishReason, str | None]:
         """Stream the reply from `upstream`; raises `_Failed` when the upstream fails."""
-        assert self._client is not None
+        assert self._client is not None and self._loop is not None
+        s = self._settings
         upstream.requests += 1
         sent_at = time.monotonic()
         finish: str | None = None
         try:
-            async with asyncio.timeout(self._settings.upstream_first_token_timeout_s) as deadline:
+            # One deadline: the first token's, then from each chunk with text the longest silence
+            # mid-reply (a role-only first chunk, as vLLM sends at once, does not count).
+            async with asyncio.timeout(s.upstream_first_token_timeout_s) as deadline:
                 async with self._client.stream(
-                    "POST", f"{upstream.base_url}/chat/completions", json=req.body
+                    "POST", f"{upstream.base_url}/chat/completions", json=req.body_for(upstream)
                 ) as response:
                     if response.status_code != 200:
                         message = error_message(await response.aread())
@@ -308,23 +318,23 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
                     async for chunk in chunks(response):
                         if chunk.text:
                             if not req.completion_tokens:
-                                deadline.reschedule(None)  # from now on httpx's read timeout
                                 upstream.record_ttft(time.monotonic() - sent_at)
+                                self._pool.producing(upstream)
+                            deadline.reschedule(self._loop.time() + s.upstream_stall_timeout_s)
                             self._tokens += 1
                             if req.take_text(chunk.text, time.time()):
-                                self._pool.succeeded(upstream)
                                 return FinishReason.STOP, None  # leaving closes the stream
                         finish = chunk.finish_reason or finish
                         req.usage = chunk.usage or req.usage
         except TimeoutError as exc:
-            raise _Failed(
-                f"no first token within {self._settings.upstream_first_token_timeout_s:g} s"
-            ) from exc
+            if req.completion_tokens:
+                raise _Failed(f"no text for {s.upstream_stall_timeout_s:g} s mid-reply") from exc
+            raise _Failed(f"no first token within {s.upstream_first_token_timeout_s:g} s") from exc
         except (httpx.TransportError, UpstreamProtocolError) as exc:
             raise _Failed(describe(exc)) from exc
         if finish is None:
             raise _Failed("the stream ended without a finish reason")
-        self._pool.succeeded(upstream)
+        self._pool.producing(upstream)  # a reply may end without text
         reason = FINISH_REASONS.get(finish)
         if reason is None:
             return FinishReason.ERROR, f"the upstream ended the reply with {finish!r}"

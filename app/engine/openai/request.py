@@ -12,6 +12,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.base import SamplingParams
+from app.engine.openai.sampling import sampling_fields
 from app.engine.openai.upstreams import Upstream
 from app.engine.requests import RequestState
 
@@ -20,13 +22,18 @@ UNKNOWN_TOKEN = -1
 
 @dataclass(eq=False, slots=True)
 class UpstreamRequest(RequestState):
-    body: dict[str, Any]  # the chat-completions request, the same for every upstream tried
+    body: dict[str, Any]  # the chat-completions request but its sampling fields
+    params: SamplingParams
     task: asyncio.Task[None] | None = None
     admitted: asyncio.Future[Upstream | None] | None = None  # while it waits for a slot
     upstream: Upstream | None = None  # the one whose slot it holds
     tried: list[Upstream] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     usage: dict[str, int] | None = None
+
+    def body_for(self, upstream: Upstream) -> dict[str, Any]:
+        """The request as `upstream` reads it: its own names for the sampling fields."""
+        return {**self.body, **sampling_fields(self.params, upstream.server)}
 
     def take_text(self, text: str, now: float) -> bool:
         """One chunk's text through the stop strings; True if one was hit (the reply ends)."""

@@ -27,19 +27,14 @@ class UpstreamProtocolError(Exception):
 
 
 def chat_body(model: str, messages: ChatMessages, params: SamplingParams) -> dict[str, Any]:
+    """The request, less its sampling fields (each upstream's own: app/engine/openai/sampling.py)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": [dict(m) for m in messages],
         "stream": True,
         "stream_options": {"include_usage": True},
         "max_tokens": params.max_tokens,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
     }
-    if params.top_k:
-        body["top_k"] = params.top_k  # not OpenAI's, but llama-server, vLLM and SGLang take it
-    if params.seed is not None:
-        body["seed"] = params.seed
     if params.stop:  # applied again by the engine, for servers that ignore it
         body["stop"] = list(params.stop)
     return body

@@ -1,11 +1,17 @@
 """The upstream servers of ENGINE=openai: which one takes the next request, and which are up.
 
 Pure bookkeeping (the engine does the HTTP): each `Upstream` counts what it is serving and how it
-fared; `UpstreamPool.pick` chooses among those that are up and have a free slot the one with the
-fewest requests outstanding (ties: the one sent fewest so far, so an idle pair takes turns), and
-`failed` marks an upstream down after `failures_to_down` failures in a row. What brings it back is
-a successful health check (`probe` in app/engine/openai/engine.py), never a request: a down
-upstream is sent nothing.
+fared; `UpstreamPool.pick` chooses among those that are up and have a free slot, first those whose
+last request produced tokens, then the one with the fewest requests outstanding (ties: the one sent
+fewest so far, so an idle pair takes turns).
+
+Health checks and requests are counted apart: a wedged inference server may still answer its
+health check while no request gets a token, so a good probe must not wipe out the failed requests.
+`failures_to_down` failed checks in a row, or as many failed requests in a row (first-token
+timeouts included), mark an upstream down. What brings it back is a successful health check
+(app/engine/openai/health.py), never a request: a down upstream is sent nothing. One brought back
+after failed requests is still suspect: it gets a request only when the others are full, one at a
+time, and its next failed request marks it down again; its first token clears it.
 """
 
 from __future__ import annotations
@@ -23,9 +29,14 @@ TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 class Upstream:
     base_url: str  # the OpenAI API base: http://host:port/v1
     capacity: int  # requests sent to it at once at most (its slots)
-    up: bool = False  # until a health check or a request says otherwise
+    up: bool = False  # until a health check says otherwise
+    # What serves there, as its `GET /models` says (`owned_by`: "llamacpp", "vllm", "sglang",
+    # "tensorrt_llm"; "" until known): which sampling fields it takes (sampling.py)
+    server: str = ""
+    has_health: bool | None = None  # whether it offers `GET /health` (None: not asked yet)
     in_flight: int = 0
-    failures_in_a_row: int = 0
+    probe_failures: int = 0  # health checks failed in a row
+    request_failures: int = 0  # requests failed in a row; a token from it clears the count
     requests: int = 0
     errors: int = 0
     ttft_sum_s: float = 0.0
@@ -39,7 +50,8 @@ class Upstream:
 
     @property
     def has_room(self) -> bool:
-        return self.up and self.in_flight < self.capacity
+        # A suspect upstream (its last request failed) is tried one request at a time.
+        return self.up and self.in_flight < (1 if self.request_failures else self.capacity)
 
     def record_ttft(self, seconds: float) -> None:
         self.ttft_sum_s += seconds
@@ -73,28 +85,51 @@ class UpstreamPool:
         return iter(self.upstreams)
 
     def pick(self, exclude: Collection[Upstream] = ()) -> Upstream | None:
-        """The up upstream with a free slot and the fewest requests outstanding, or None."""
+        """The up upstream with a free slot, producing tokens rather than failing requests, and
+        the fewest requests outstanding; or None."""
         free = [u for u in self.upstreams if u.has_room and u not in exclude]
-        return min(free, key=lambda u: (u.in_flight, u.requests), default=None)
+        return min(
+            free, key=lambda u: (u.request_failures > 0, u.in_flight, u.requests), default=None
+        )
 
     def any_up(self, exclude: Collection[Upstream] = ()) -> bool:
         return any(u.up and u not in exclude for u in self.upstreams)
 
-    def succeeded(self, upstream: Upstream) -> bool:
-        """It answered; True if that brought it back up."""
+    def probe_succeeded(self, upstream: Upstream) -> bool:
+        """It passed a health check; True if that brought it back up."""
         came_back = not upstream.up
         upstream.up = True
-        upstream.failures_in_a_row = 0
+        upstream.probe_failures = 0
         return came_back
 
-    def failed(self, upstream: Upstream, why: str) -> bool:
-        """It failed a request or a health check; True if that marked it down."""
+    def probe_failed(self, upstream: Upstream, why: str) -> bool:
+        """It failed a health check; True if that marked it down."""
+        upstream.probe_failures += 1
+        return self._count(upstream, why, upstream.probe_failures)
+
+    def producing(self, upstream: Upstream) -> None:
+        """A request of it got tokens: it serves, it is no longer suspect."""
+        upstream.request_failures = 0
+
+    def request_failed(self, upstream: Upstream, why: str) -> bool:
+        """A request of it failed (or got no first token in time); True if that marked it down."""
+        upstream.request_failures += 1
+        return self._count(upstream, why, upstream.request_failures)
+
+    def _count(self, upstream: Upstream, why: str, in_a_row: int) -> bool:
         upstream.last_error = why
-        upstream.failures_in_a_row += 1
-        if upstream.up and upstream.failures_in_a_row >= self.failures_to_down:
+        if upstream.up and in_a_row >= self.failures_to_down:
             upstream.up = False
             return True
         return False
+
+    def degraded(self) -> str | None:
+        """Which upstreams are down while others serve (None: all up, or none: `unavailable`)."""
+        down = [u for u in self.upstreams if not u.up]
+        if not down or len(down) == len(self.upstreams):
+            return None
+        reasons = ", ".join(f"{u.base_url} ({u.last_error or 'not checked yet'})" for u in down)
+        return f"{len(down)} of {len(self.upstreams)} upstreams down: {reasons}"
 
     def unavailable(self) -> str | None:
         """Why no request can be served now (None: some upstream is up)."""
