@@ -814,3 +814,94 @@ async def test_trtllm_adapter_against_fake_owner_is_accepted(engine: TrtLlmEngin
     changes nothing here."""
     text, _, fin = await collect(engine.generate("r", USER, SamplingParams(), owner="user-1"))
     assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)
+
+
+async def test_trtllm_adapter_against_fake_dead_worker_fails_replies_and_restarts(
+    fake_trt: type[fake.LLM],
+) -> None:
+    """Issue 23 item 4: the worker process dies without a word (kill -9): its requests get no
+    response ever (proxy.py `mpi_done_callback` only queues the error). Every open reply ends
+    `error` within seconds, its text so far delivered; the engine says why it is unavailable
+    (/readyz: 503) until a new LLM is up, and then serves again."""
+    fake_trt.script = ["tok "] * 100_000
+    eng = TrtLlmEngine(SETTINGS)
+    await eng.start()
+    try:
+        streams = [
+            eng.generate(f"r{i}", USER, SamplingParams(max_tokens=100_000), owner="u")
+            for i in range(SETTINGS.max_seqs + 2)  # two also wait in the fair queue
+        ]
+        seen = await run_until_tokens(streams[0], 3)
+        the_llm().kill_worker()
+        results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), 5)
+        for text, _, fin in results:
+            assert fin.reason is FinishReason.ERROR
+            assert fin.error and "worker process exited" in fin.error
+        assert "".join(d.text for d in seen).startswith("tok tok tok")  # streamed before
+        assert results[0][2].completion_tokens >= 3  # ... and counted in the end
+        for _ in range(500):
+            if eng.stats().unavailable is None:
+                break
+            assert "worker process exited" in (eng.stats().unavailable or "")
+            await asyncio.sleep(0.01)
+        assert eng.stats().unavailable is None
+        assert len(fake.LLM.instances) == 2 and fake.LLM.instances[0]._executor.is_shutdown()
+        fake_trt.script = list(fake._DEFAULT_SCRIPT)
+        text, _, fin = await collect(eng.generate("after", USER, SamplingParams()))
+        assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)
+        assert eng.stats().running == 0
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_dead_worker_while_restarting_is_unavailable(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the new LLM is being built, a request is refused as unavailable (503) with the
+    reason, not queued behind a dead executor."""
+    eng = TrtLlmEngine(SETTINGS)
+    await eng.start()
+    try:
+        building = asyncio.Event()
+
+        def slow_build(*args: object, **kwargs: object) -> None:
+            building.set()
+            raise RuntimeError("CUDA error: no device")
+
+        monkeypatch.setattr(fake.LLM, "__init__", slow_build)
+        the_llm().kill_worker()
+        await asyncio.wait_for(building.wait(), 5)
+        with pytest.raises(EngineUnavailableError, match="worker process exited"):
+            eng.generate("r", USER, SamplingParams())
+        assert "restarting TensorRT-LLM failed" in (eng.stats().unavailable or "")
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_admits_fairly_across_owners(
+    fake_trt: type[fake.LLM],
+) -> None:
+    """Issue 23 item 7: TensorRT-LLM's own queue is first come first served; the adapter holds
+    the app's fair queue in front of max_batch_size: a newcomer's request goes in at the next
+    free slot, ahead of the backlog of an owner who already has requests running."""
+    fake_trt.script = ["tok "] * 30
+    eng = TrtLlmEngine(replace(SETTINGS, max_seqs=2))
+    await eng.start()
+    try:
+        flood = [
+            eng.generate(f"a{i}", USER, SamplingParams(max_tokens=30), owner="alice")
+            for i in range(6)
+        ]
+        late = eng.generate("b0", USER, SamplingParams(max_tokens=30), owner="bob")
+        assert len(the_llm().requests) == 2  # max_batch_size handed over, the rest wait here
+        assert eng.stats().waiting == 5
+        _, _, fin_b = await collect(late)
+        results = await asyncio.gather(*(collect(s) for s in flood))
+        admitted = sorted(
+            [(fin.admitted_at, f"a{i}") for i, (_, _, fin) in enumerate(results)]
+            + [(fin_b.admitted_at, "b0")]
+        )
+        assert [rid for _, rid in admitted][:3] in (["a0", "a1", "b0"], ["a1", "a0", "b0"])
+        assert eng.stats().waiting == 0 and eng.stats().running == 0
+    finally:
+        await eng.shutdown()
