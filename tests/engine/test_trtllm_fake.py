@@ -834,7 +834,7 @@ async def test_trtllm_adapter_against_fake_dead_worker_fails_replies_and_restart
         seen = await run_until_tokens(streams[0], 3)
         the_llm().kill_worker()
         results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), 5)
-        for text, _, fin in results:
+        for _, _, fin in results:
             assert fin.reason is FinishReason.ERROR
             assert fin.error and "worker process exited" in fin.error
         assert "".join(d.text for d in seen).startswith("tok tok tok")  # streamed before
