@@ -13,7 +13,17 @@ table with one row per check (see bench/README.md for what each row proves):
                blocks back to the idle baseline
   stop_queued  Stop of a request waiting for a slot (max_batch_size + 2 requests): `cancelled` with
                no tokens at once, `running` back to 0, KV blocks back to the baseline
-  sampling     temperature 0.8: two unseeded replies differ, two with one seed are identical
+  sampling     temperature 0.8: two unseeded replies differ (the TRTLLM sampler seeds an unseeded
+               request with 0, NVIDIA/TensorRT-LLM#1000), two with one seed are identical (where
+               the release's sampler honours `seed`: the engine logs the fields it ignores)
+  penalty      a repetition penalty takes effect on the installed release: the greedy reply to a
+               counting prompt changes with repeat_penalty 1.5
+  cache_owner  prefix cache isolation: TTFT of a long prompt cold, again from the same owner (a
+               cache hit where the release salts per owner) and from a second owner, who must
+               be no faster than cold (within 20 %)
+  dead_worker  kill -9 of TensorRT-LLM's worker process (worker-process mode): every running
+               reply ends `error` within seconds, the engine reports itself unavailable, and a
+               new LLM serves again
   stop_string  a stop string taken from a greedy reply ends the same reply right before it
   shutdown     shutdown with replies in flight: every one ends `cancelled`, shutdown returns
   modes        the 8-stream gaps and the event loop's lag, in-process against worker process (the
@@ -26,8 +36,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -93,7 +106,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def stream_one(
-    engine: TrtLlmEngine, rid: str, messages: list[dict[str, str]], params: SamplingParams
+    engine: TrtLlmEngine,
+    rid: str,
+    messages: list[dict[str, str]],
+    params: SamplingParams,
+    owner: str | None = None,
 ) -> tuple[str, list[float], Finished, float, list[int]]:
     """One reply: its text, the arrival time of each delta, its Finished, when it was sent, and
     its token ids."""
@@ -102,7 +119,7 @@ async def stream_one(
     text: list[str] = []
     ids: list[int] = []
     finished: Finished | None = None
-    async for event in engine.generate(rid, messages, params):
+    async for event in engine.generate(rid, messages, params, owner=owner):
         if isinstance(event, TextDelta):
             arrivals.append(time.perf_counter())
             text.append(event.text)
@@ -273,6 +290,86 @@ async def check_sampling(engine: TrtLlmEngine) -> Row:
     )
 
 
+async def check_penalty(engine: TrtLlmEngine) -> Row:
+    greedy = SamplingParams(max_tokens=64, temperature=0.0)
+    plain, _, _, _, _ = await stream_one(engine, "pen-a", COUNT, greedy)
+    penalised, _, _, _, _ = await stream_one(
+        engine, "pen-b", COUNT, replace(greedy, repeat_penalty=1.5)
+    )
+    return Row(
+        "penalty",
+        plain != penalised,
+        f"sampler {engine.sampler}: greedy reply changed by repeat_penalty 1.5: "
+        f"{plain != penalised} ({plain[:30]!r} -> {penalised[:30]!r})",
+    )
+
+
+async def check_cache_owner(engine: TrtLlmEngine) -> Row:
+    one = SamplingParams(max_tokens=1, temperature=0.0)
+    long = [{"role": "user", "content": "Summarise this. " + " ".join(map(str, range(1500)))}]
+
+    async def ttft(rid: str, owner: str) -> float:
+        _, arrivals, _, sent, _ = await stream_one(engine, rid, long, one, owner=owner)
+        return arrivals[0] - sent if arrivals else float("inf")
+
+    cold = await ttft("co-a", "owner-a")
+    again = await ttft("co-b", "owner-a")
+    other = await ttft("co-c", "owner-b")
+    return Row(
+        "cache_owner",
+        other >= 0.8 * cold,
+        f"TTFT cold {ms(cold)}, same owner again {ms(again)}, second owner {ms(other)}",
+    )
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid` (TensorRT-LLM's MPI worker and its helpers), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+async def check_dead_worker(engine: TrtLlmEngine, args: argparse.Namespace) -> Row:
+    if engine.in_process:
+        return Row("dead_worker", True, "n/a: the executor runs in this process")
+    params = SamplingParams(max_tokens=2000, temperature=0.0)
+    streams = [engine.generate(f"dw-{i}", COUNT, params) for i in range(args.max_batch)]
+    await anext(streams[0])
+    workers = descendants(os.getpid())
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    killed = time.perf_counter()
+    finishes = await asyncio.wait_for(asyncio.gather(*(collect_finish(s) for s in streams)), 60)
+    ended = time.perf_counter() - killed
+    why = engine.stats().unavailable
+    for _ in range(600):  # a new LLM loads the model again: minutes at most
+        if engine.stats().unavailable is None:
+            break
+        await asyncio.sleep(1)
+    back = time.perf_counter() - killed
+    ok = all(f.reason is FinishReason.ERROR for f in finishes) and ended < 5.0
+    ok = ok and why is not None and engine.stats().unavailable is None
+    return Row(
+        "dead_worker",
+        ok,
+        f"killed {len(workers)} processes: {len(finishes)} replies ended "
+        f"{sorted({f.reason.value for f in finishes})} in {ended:.1f} s; unavailable: {why!r}; "
+        f"serving again after {back:.0f} s",
+    )
+
+
 async def check_stop_string(engine: TrtLlmEngine) -> Row:
     greedy = SamplingParams(max_tokens=64, temperature=0.0)
     text, _, _, _, _ = await stream_one(engine, "ss-a", STORY, greedy)
@@ -395,6 +492,9 @@ async def run(args: argparse.Namespace) -> int:
             ("stop_queued", lambda: check_stop_queued(engine, args, kv0)),
             ("sampling", lambda: check_sampling(engine)),
             ("stop_string", lambda: check_stop_string(engine)),
+            ("penalty", lambda: check_penalty(engine)),
+            ("cache_owner", lambda: check_cache_owner(engine)),
+            ("dead_worker", lambda: check_dead_worker(engine, args)),  # last: it restarts
         ]
         for name, check in checks:
             try:

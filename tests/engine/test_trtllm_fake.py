@@ -55,6 +55,7 @@ def install_fake(monkeypatch: pytest.MonkeyPatch) -> None:
     """`import tensorrt_llm` (and its submodules the adapter uses) finds the fake, as in a fresh
     process: nothing built yet, the worker-process variable unset and not yet read."""
     fake.LLM.reset()
+    monkeypatch.setattr(fake, "__version__", "1.0.0+fake")
     fake_llmapi.TorchLlmArgs.model_fields = dict.fromkeys(fake_llmapi.V1_0_FIELDS)
     fake_llmapi_utils.enable_worker_single_process_for_tp1.cache_clear()
     for name, module in {
@@ -161,7 +162,10 @@ async def test_trtllm_adapter_against_fake_maps_sampling_params(engine: TrtLlmEn
     assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.seed) == (0.9, 0.8, 40, 11)
     assert sampled.stop is None  # our detokenizer handles stop strings, not TensorRT-LLM
     assert (greedy.top_k, greedy.temperature, greedy.seed) == (1, None, 3)
-    assert no_top_k.top_k is None and no_top_k.seed is None
+    assert no_top_k.top_k is None
+    # unseeded: a fresh seed each (the TRTLLM sampler would seed 0 and repeat itself, #1000)
+    assert isinstance(no_top_k.seed, int)
+    assert no_top_k.seed != the_llm().requests[0].sampling_params.seed
 
 
 async def test_trtllm_adapter_against_fake_maps_min_p_and_penalties(engine: TrtLlmEngine) -> None:
@@ -365,7 +369,7 @@ async def test_trtllm_adapter_against_fake_reports_queue_and_kv_from_iteration_s
     assert peak_waiting == 12 - SETTINGS.max_seqs  # 4 waited for a slot
     assert peak_kv > 0
     for _ in range(200):
-        if engine.stats().kv_used == 0 and engine.stats().waiting == 0:
+        if engine.stats().steps >= 2 * 150:  # the last iterations' stats have been read
             break
         await asyncio.sleep(0.01)
     stats = engine.stats()
@@ -450,67 +454,99 @@ async def run_until_tokens(stream: AsyncIterator[EngineEvent], count: int) -> li
     return deltas
 
 
+def as_release(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+    """The fake as TensorRT-LLM `version`: its `__version__` and `TorchLlmArgs` fields."""
+    monkeypatch.setattr(fake, "__version__", version)
+    fake_llmapi.TorchLlmArgs.model_fields = dict.fromkeys(fake_llmapi.release_fields(version))
+
+
+async def tokens_of(eng: TrtLlmEngine, rid: str, params: SamplingParams) -> list[int]:
+    _, deltas, _ = await collect(eng.generate(rid, USER, params))
+    return [t for d in deltas for t in d.token_ids]
+
+
 @pytest.mark.parametrize(
-    ("fields", "expected_kwargs", "sampler"),
+    ("version", "expected_kwargs", "sampler", "ignored"),
     [
-        (  # 1.0: TorchSampler's batch-wide greedy fast path unless a sampler option is set
-            fake_llmapi.V1_0_FIELDS,
-            {"enable_trtllm_sampler": True},
-            "TRTLLMSampler",
-        ),
-        (  # a version with sampler_type that still has the fast path: the TRTLLM sampler
-            (fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler"}) | {"sampler_type"},
-            {"sampler_type": "TRTLLMSampler"},
-            "TRTLLMSampler",
-        ),
-        (  # the fast path, and no way to pick the TRTLLM sampler: the mixed TorchSampler
-            fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler"},
-            {"enable_mixed_sampler": True},
-            "TorchSampler",
-        ),
-        (  # 1.1+: sampler_type; TorchSampler samples each request its own way
-            (fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler", "enable_mixed_sampler"})
-            | {"sampler_type"},
-            {"sampler_type": "TorchSampler"},
-            "TorchSampler",
-        ),
-        (  # newest: TorchSampler is the only sampler, no field to set
-            fake_llmapi.V1_0_FIELDS - {"enable_trtllm_sampler", "enable_mixed_sampler"},
-            {},
-            "TorchSampler",
-        ),
+        ("1.0.0", {"enable_trtllm_sampler": True}, "TRTLLMSampler", set()),
+        ("1.1.0", {"sampler_type": "TRTLLMSampler"}, "TRTLLMSampler", set()),
+        ("1.2.1", {"sampler_type": "TRTLLMSampler"}, "TRTLLMSampler", set()),
+        ("1.3.0", {"sampler_type": "TorchSampler"}, "TorchSampler", {"seed"}),
+        ("1.4.0rc4", {"sampler_type": "TorchSampler"}, "TorchSampler", {"seed"}),
     ],
 )
-async def test_trtllm_adapter_against_fake_applies_each_requests_sampling(
+async def test_trtllm_adapter_against_fake_chooses_the_sampler_per_release(
     fake_trt: type[fake.LLM],
-    fields: frozenset[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    version: str,
     expected_kwargs: dict[str, object],
     sampler: str,
+    ignored: set[str],
 ) -> None:
-    """Defect 1: on 1.0 the LLM must be built with a sampler that honours temperature/top-p/top-k
-    (the fake, like 1.0's TorchSampler, decodes greedily otherwise); the field differs by version."""
-    fake_llmapi.TorchLlmArgs.model_fields = dict.fromkeys(fields)
+    """Issue 23 items 1-2: the TRTLLM sampler below 1.3 (it applies every field; 1.1/1.2's
+    TorchSampler drops the penalties and the seed), TorchSampler from 1.3; what the release
+    ignores is logged; two unseeded sampled replies differ (the TRTLLM sampler seeds 0)."""
+    as_release(monkeypatch, version)
+    eng = TrtLlmEngine(SETTINGS)
+    with caplog.at_level(logging.INFO, logger="app.engine.trtllm.engine"):
+        await eng.start()
+    try:
+        llm = the_llm()
+        assert {k: llm.kwargs[k] for k in expected_kwargs} == expected_kwargs
+        assert llm.sampler == eng.sampler == sampler
+        warm = SamplingParams(temperature=0.8, repeat_penalty=1.2)
+        first = await tokens_of(eng, "a", warm)
+        second = await tokens_of(eng, "b", warm)
+        assert first != second  # unseeded: two replies differ
+        assert all(r.sampled for r in llm.requests)
+        assert "repetition_penalty" in llm.requests[0].honoured  # the app's repeat penalty
+        assert llm.requests[0].ignored == ignored & {"seed"}
+        seeded = [await tokens_of(eng, f"s{i}", replace(warm, seed=5)) for i in range(2)]
+        if not ignored:
+            assert seeded[0] == seeded[1]  # one seed, one reply
+        for field in ignored:
+            assert f"ignores `{field}`" in caplog.text
+        await collect(eng.generate("g", USER, SamplingParams(temperature=0)))
+        assert not llm.requests[-1].sampled  # greedy stays greedy
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_refuses_to_start_without_readable_arguments(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 item 2: no TorchLlmArgs fields, no sampler choice: refuse to start rather than
+    leave 1.0 on TorchSampler's greedy fast path for everyone."""
+    monkeypatch.setattr(fake_llmapi.TorchLlmArgs, "model_fields", {})
+    eng = TrtLlmEngine(SETTINGS)
+    with pytest.raises(EngineUnavailableError, match="refusing to start"):
+        await eng.start()
+    assert fake_trt.instances == []
+
+
+@pytest.mark.parametrize("salt", [True, False])
+async def test_trtllm_adapter_against_fake_keeps_owners_prefix_caches_apart(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch, salt: bool
+) -> None:
+    """Issue 23 item 3: with `cache_salt` each owner reuses only their own prefix; a release
+    without it gets block reuse turned off (no owner is faster for another's prompt)."""
+    if not salt:
+        monkeypatch.setattr(fake.LLM, "generate_async", fake.LLM.generate_async_before_cache_salt)
     eng = TrtLlmEngine(SETTINGS)
     await eng.start()
     try:
+        long_prompt = [{"role": "user", "content": "a long shared prompt " * 10}]
+        for rid, owner in (("a1", "alice"), ("b1", "bob"), ("a2", "alice")):
+            await collect(eng.generate(rid, long_prompt, SamplingParams(), owner=owner))
         llm = the_llm()
-        for key, value in expected_kwargs.items():
-            assert llm.kwargs[key] == value
-        assert not {"enable_trtllm_sampler", "sampler_type"} & (
-            set(llm.kwargs) - set(expected_kwargs)
-        )
-        assert llm.sampler == sampler
-        assert eng.sampler is not None and eng.sampler.startswith(sampler)
-        warm = SamplingParams(temperature=0.8)
-        outputs = []
-        for i, params in enumerate([warm, warm, replace(warm, seed=5), replace(warm, seed=5)]):
-            _, deltas, _ = await collect(eng.generate(f"s{i}", USER, params))
-            outputs.append([t for d in deltas for t in d.token_ids])
-        assert outputs[0] != outputs[1]  # sampled: two unseeded replies differ
-        assert outputs[2] == outputs[3]  # one seed, one reply
-        _, deltas, _ = await collect(eng.generate("g", USER, SamplingParams(temperature=0)))
-        assert not llm.requests[-1].sampled  # greedy stays greedy
-        assert all(r.sampled for r in llm.requests[:-1])
+        reused = [r.reused_blocks for r in llm.requests]
+        if salt:
+            assert [r.cache_salt for r in llm.requests] == ["alice", "bob", "alice"]
+            assert reused[0] == reused[1] == 0 and reused[2] > 0  # alice's own prefix only
+        else:
+            assert llm.args.kv_cache_config.enable_block_reuse is False
+            assert reused == [0, 0, 0]
     finally:
         await eng.shutdown()
 
@@ -518,11 +554,10 @@ async def test_trtllm_adapter_against_fake_applies_each_requests_sampling(
 async def test_trtllm_adapter_against_fake_stop_of_a_queued_request_ends_it_at_once(
     engine: TrtLlmEngine, fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Defect 2: a request still in the executor's waiting queue (more requests than
-    max_batch_size) is dropped on cancel with no response at all (py_executor.py
-    `_handle_canceled_requests`). Stop must end it `cancelled` at once, with no tokens, and free
-    its entry; the old adapter waited for a response that never came (ABORT_GRACE_S, made an
-    hour here so that waiting shows as a hang)."""
+    """A request still in TensorRT-LLM's waiting queue is dropped on cancel with no response at
+    all (py_executor.py `_handle_canceled_requests`), and one waiting in our fair queue was never
+    handed over: Stop must end either `cancelled` at once, with no tokens (ABORT_GRACE_S, made an
+    hour here so that waiting for a response shows as a hang)."""
     monkeypatch.setattr("app.engine.trtllm.engine.ABORT_GRACE_S", 3600.0)
     fake_trt.script = ["tok "] * 100_000
     running = [
@@ -532,20 +567,34 @@ async def test_trtllm_adapter_against_fake_stop_of_a_queued_request_ends_it_at_o
     queued = engine.generate("queued", USER, SamplingParams(max_tokens=100_000))
     for stream in running:
         await run_until_tokens(stream, 1)
-    assert len(the_llm().waiting) == 1  # really queued
-    assert engine.stats().running == SETTINGS.max_seqs + 1
+    assert len(the_llm().requests) == SETTINGS.max_seqs  # held here: max_batch_size in there
+    assert (engine.stats().running, engine.stats().waiting) == (SETTINGS.max_seqs, 1)
     engine.abort("queued")
     _, deltas, fin = await asyncio.wait_for(collect(queued), timeout=30)
     assert (deltas, fin.reason, fin.completion_tokens) == ([], FinishReason.CANCELLED, 0)
     assert fin.first_token_at is None
-    assert engine.stats().running == SETTINGS.max_seqs  # its entry is gone
+    assert (engine.stats().running, engine.stats().waiting) == (SETTINGS.max_seqs, 0)
+    # one in TensorRT-LLM's own queue (it was handed over, the executor never scheduled it)
+    the_llm().args.max_batch_size = SETTINGS.max_seqs - 1
+    engine.abort("r0")
+    await collect(running[0])
+    late = engine.generate("late", USER, SamplingParams(max_tokens=100_000))
+    for _ in range(200):
+        if len(the_llm().requests) == SETTINGS.max_seqs + 1:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)
+    assert len(the_llm().waiting) == 1  # really queued in TensorRT-LLM
+    engine.abort("late")
+    _, deltas, fin = await asyncio.wait_for(collect(late), timeout=30)
+    assert (deltas, fin.reason, fin.completion_tokens) == ([], FinishReason.CANCELLED, 0)
     assert the_llm().requests[-1].abort_calls == 1
     assert not the_llm().waiting
-    for stream in running:  # the running ones are untouched, and still stream
+    for stream in running[1:]:  # the running ones are untouched, and still stream
         await run_until_tokens(stream, 5)
-    for i in range(SETTINGS.max_seqs):
+    for i in range(1, SETTINGS.max_seqs):
         engine.abort(f"r{i}")
-    results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in running)), timeout=30)
+    results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in running[1:])), 30)
     assert {fin.reason for _, _, fin in results} == {FinishReason.CANCELLED}
     assert engine.stats().running == 0
 
@@ -568,42 +617,104 @@ async def test_trtllm_adapter_against_fake_shutdown_with_queued_requests_does_no
     assert eng.stats().running == 0
 
 
-async def test_trtllm_adapter_against_fake_request_errors_are_bad_requests(
-    engine: TrtLlmEngine, fake_trt: type[fake.LLM]
+@pytest.mark.parametrize("in_process", [True, False])
+async def test_trtllm_adapter_against_fake_request_errors_are_refusals(
+    fake_trt: type[fake.LLM], in_process: bool
 ) -> None:
-    """Defect 3: what the worker refuses for one request is `RequestError`, a RuntimeError
-    (executor/utils.py, base_worker.py `_enqueue_request`): a 400 (EngineError), not "engine
-    unavailable"; the engine keeps serving."""
-    fake_trt.reject_next = "Failed to load LoRA adapter: no such adapter"
-    with pytest.raises(EngineError) as info:
-        engine.generate("r", USER, SamplingParams())
-    assert not isinstance(info.value, EngineUnavailableError)
-    assert "Failed to load LoRA adapter" in str(info.value)
-    text, _, fin = await collect(engine.generate("r", USER, SamplingParams()))
-    assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)
+    """What the worker refuses for one request is `RequestError` (executor/utils.py, base_worker.py
+    `_enqueue_request`): in-process it is raised on the spot, a 400 (EngineError), not "engine
+    unavailable"; with a worker process (issue 23 item 5) it arrives as an ErrorResponse on the
+    stream, which ends `error` before any token, saying why. The engine keeps serving."""
+    eng = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=in_process))
+    await eng.start()
+    try:
+        fake_trt.reject_next = "Failed to load LoRA adapter: no such adapter"
+        if in_process:
+            with pytest.raises(EngineError) as info:
+                eng.generate("r", USER, SamplingParams())
+            assert not isinstance(info.value, EngineUnavailableError)
+            assert "Failed to load LoRA adapter" in str(info.value)
+        else:
+            text, deltas, fin = await collect(eng.generate("r", USER, SamplingParams()))
+            assert (text, deltas, fin.reason) == ("", [], FinishReason.ERROR)
+            assert fin.error and "refused" in fin.error and "LoRA adapter" in fin.error
+            assert eng.stats().extra["trt_finish_refused"] == 1.0
+        text, _, fin = await collect(eng.generate("r2", USER, SamplingParams()))
+        assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)
+    finally:
+        await eng.shutdown()
 
 
 @pytest.mark.parametrize("in_process", [True, False])
 async def test_trtllm_adapter_against_fake_checks_prompts_against_the_executors_limit(
     fake_trt: type[fake.LLM], in_process: bool
 ) -> None:
-    """Defects 3 and 6: the model engine may lower max_seq_len (base_worker.py). In-process the
-    adapter reads the executor's limit and refuses a prompt over it itself; with a worker process
-    (whose limit this process cannot see) TensorRT-LLM's `_deduce_max_tokens` refuses it with a
-    RequestError, which must still be PromptTooLongError (a 400), not "unavailable"."""
+    """The model engine may lower max_seq_len (base_worker.py). In-process the adapter reads the
+    executor's limit and refuses a prompt over it itself (a 400 quoting it). With a worker process,
+    whose limit this process cannot see, the worker's refusal comes on the stream before any
+    token (issue 23 item 5): the reply ends `error` quoting the real limit, which the adapter
+    learns, so the next such prompt is a 400 quoting it."""
     fake_trt.executor_max_seq_len = 100
     eng = TrtLlmEngine(replace(SETTINGS, trtllm_in_process=in_process))
     await eng.start()
     try:
         long_prompt = [{"role": "user", "content": "x" * 150}]
+        if not in_process:
+            _, _, fin = await collect(eng.generate("first", long_prompt, SamplingParams()))
+            assert fin.reason is FinishReason.ERROR and fin.first_token_at is None
+            assert fin.error and "context holds 100" in fin.error
         with pytest.raises(PromptTooLongError) as info:
             eng.generate("long", long_prompt, SamplingParams())
         assert not isinstance(info.value, EngineUnavailableError)
-        if in_process:
-            assert eng.context_size == info.value.context_size == 100
-            assert the_llm().requests == []  # refused before it reached TensorRT-LLM
+        assert eng.context_size == info.value.context_size == 100
+        assert len(the_llm().requests) == (0 if in_process else 1)  # refused before it
         _, _, fin = await collect(eng.generate("ok", USER, SamplingParams()))
         assert fin.reason is FinishReason.STOP
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_reads_the_models_positions(
+    fake_trt: type[fake.LLM],
+) -> None:
+    """Issue 23 item 5: ENGINE_CONTEXT above the model config's positions: the worker enforces
+    the positions, which the adapter reads at start (the worker process's own limit is not
+    visible here), so a prompt over them is a 400 quoting the real limit."""
+    fake_trt.model_positions = 300
+    eng = TrtLlmEngine(SETTINGS)  # 512 asked, worker process
+    await eng.start()
+    try:
+        assert eng.context_size == 300
+        with pytest.raises(PromptTooLongError, match="holds 300"):
+            eng.generate("long", [{"role": "user", "content": "x" * 350}], SamplingParams())
+        assert the_llm().requests == []
+    finally:
+        await eng.shutdown()
+
+
+@pytest.mark.parametrize("chunked_prefill_field", [True, False])
+async def test_trtllm_adapter_against_fake_prompts_over_max_num_tokens(
+    fake_trt: type[fake.LLM], chunked_prefill_field: bool
+) -> None:
+    """Issue 23 item 6: ENGINE_CONTEXT above max_num_tokens (8192 by default): chunked prefill is
+    asked for, so such prompts are served; where it cannot be, they are refused before
+    submitting, quoting max_num_tokens rather than the context."""
+    if not chunked_prefill_field:
+        fields = set(fake_llmapi.TorchLlmArgs.model_fields) - {"enable_chunked_prefill"}
+        fake_llmapi.TorchLlmArgs.model_fields = dict.fromkeys(fields)
+    fake_trt.model_positions = 32768
+    eng = TrtLlmEngine(replace(SETTINGS, context_size=16384))
+    await eng.start()
+    try:
+        prompt = [{"role": "user", "content": "x" * 9000}]
+        if chunked_prefill_field:
+            assert the_llm().kwargs["enable_chunked_prefill"] is True
+            _, _, fin = await collect(eng.generate("r", prompt, SamplingParams(max_tokens=4)))
+            assert (fin.reason, fin.completion_tokens) == (FinishReason.LENGTH, 4)
+        else:
+            with pytest.raises(PromptTooLongError, match=r"at most 8192 prompt tokens"):
+                eng.generate("r", prompt, SamplingParams())
+            assert the_llm().requests == []
     finally:
         await eng.shutdown()
 
@@ -703,3 +814,94 @@ async def test_trtllm_adapter_against_fake_owner_is_accepted(engine: TrtLlmEngin
     changes nothing here."""
     text, _, fin = await collect(engine.generate("r", USER, SamplingParams(), owner="user-1"))
     assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)
+
+
+async def test_trtllm_adapter_against_fake_dead_worker_fails_replies_and_restarts(
+    fake_trt: type[fake.LLM],
+) -> None:
+    """Issue 23 item 4: the worker process dies without a word (kill -9): its requests get no
+    response ever (proxy.py `mpi_done_callback` only queues the error). Every open reply ends
+    `error` within seconds, its text so far delivered; the engine says why it is unavailable
+    (/readyz: 503) until a new LLM is up, and then serves again."""
+    fake_trt.script = ["tok "] * 100_000
+    eng = TrtLlmEngine(SETTINGS)
+    await eng.start()
+    try:
+        streams = [
+            eng.generate(f"r{i}", USER, SamplingParams(max_tokens=100_000), owner="u")
+            for i in range(SETTINGS.max_seqs + 2)  # two also wait in the fair queue
+        ]
+        seen = await run_until_tokens(streams[0], 3)
+        the_llm().kill_worker()
+        results = await asyncio.wait_for(asyncio.gather(*(collect(s) for s in streams)), 5)
+        for _, _, fin in results:
+            assert fin.reason is FinishReason.ERROR
+            assert fin.error and "worker process exited" in fin.error
+        assert "".join(d.text for d in seen).startswith("tok tok tok")  # streamed before
+        assert results[0][2].completion_tokens >= 3  # ... and counted in the end
+        for _ in range(500):
+            if eng.stats().unavailable is None:
+                break
+            assert "worker process exited" in (eng.stats().unavailable or "")
+            await asyncio.sleep(0.01)
+        assert eng.stats().unavailable is None
+        assert len(fake.LLM.instances) == 2 and fake.LLM.instances[0]._executor.is_shutdown()
+        fake_trt.script = list(fake._DEFAULT_SCRIPT)
+        text, _, fin = await collect(eng.generate("after", USER, SamplingParams()))
+        assert (text, fin.reason) == ("Hello, world!", FinishReason.STOP)
+        assert eng.stats().running == 0
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_dead_worker_while_restarting_is_unavailable(
+    fake_trt: type[fake.LLM], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the new LLM is being built, a request is refused as unavailable (503) with the
+    reason, not queued behind a dead executor."""
+    eng = TrtLlmEngine(SETTINGS)
+    await eng.start()
+    try:
+        building = asyncio.Event()
+
+        def slow_build(*args: object, **kwargs: object) -> None:
+            building.set()
+            raise RuntimeError("CUDA error: no device")
+
+        monkeypatch.setattr(fake.LLM, "__init__", slow_build)
+        the_llm().kill_worker()
+        await asyncio.wait_for(building.wait(), 5)
+        with pytest.raises(EngineUnavailableError, match="worker process exited"):
+            eng.generate("r", USER, SamplingParams())
+        assert "restarting TensorRT-LLM failed" in (eng.stats().unavailable or "")
+    finally:
+        await eng.shutdown()
+
+
+async def test_trtllm_adapter_against_fake_admits_fairly_across_owners(
+    fake_trt: type[fake.LLM],
+) -> None:
+    """Issue 23 item 7: TensorRT-LLM's own queue is first come first served; the adapter holds
+    the app's fair queue in front of max_batch_size: a newcomer's request goes in at the next
+    free slot, ahead of the backlog of an owner who already has requests running."""
+    fake_trt.script = ["tok "] * 30
+    eng = TrtLlmEngine(replace(SETTINGS, max_seqs=2))
+    await eng.start()
+    try:
+        flood = [
+            eng.generate(f"a{i}", USER, SamplingParams(max_tokens=30), owner="alice")
+            for i in range(6)
+        ]
+        late = eng.generate("b0", USER, SamplingParams(max_tokens=30), owner="bob")
+        assert len(the_llm().requests) == 2  # max_batch_size handed over, the rest wait here
+        assert eng.stats().waiting == 5
+        _, _, fin_b = await collect(late)
+        results = await asyncio.gather(*(collect(s) for s in flood))
+        admitted = sorted(
+            [(fin.admitted_at, f"a{i}") for i, (_, _, fin) in enumerate(results)]
+            + [(fin_b.admitted_at, "b0")]
+        )
+        assert [rid for _, rid in admitted][:3] in (["a0", "a1", "b0"], ["a1", "a0", "b0"])
+        assert eng.stats().waiting == 0 and eng.stats().running == 0
+    finally:
+        await eng.shutdown()

@@ -13,9 +13,21 @@ endings mean here `errors`, its iteration stats `stats`.
   (executor/result.py: a result made without a running loop has no async queue and cannot be
   iterated) and followed by one task per request;
 - `max_tokens` is always set (SamplingParams defaults to 32) and cut to what the context has room
-  for, against the `max_seq_len` the executor reports (executor/base_worker.py: the model engine
-  may lower it; its `_deduce_max_tokens` would otherwise shorten `max_tokens` itself with only a
-  warning, or refuse the prompt). A reply cut by the context ends with `length`, as on llama.cpp;
+  for, against the limits TensorRT-LLM really enforces (`limits`: the model engine may lower
+  `max_seq_len`; without chunked prefill a prompt may not pass `max_num_tokens`). A prompt over
+  them is refused here, with the real limit. A reply cut by the context ends with `length`;
+- admission is ours, fair across owners (app/engine/fair_queue.py, as on the other engines): at
+  most `max_batch_size` requests are in TensorRT-LLM at once, whose own queue is first come first
+  served (py_executor.py); the rest wait here, and the next one in goes to the owner with the
+  fewest running. A request is handed to `generate_async` when it is admitted, at once when a
+  slot is free, so that what TensorRT-LLM refuses on the spot is a 400;
+- with a worker process, what the worker refuses comes back on the request's stream (executor/
+  worker.py `worker_main` sends an `ErrorResponse`; result.py raises it as `RequestError`): an
+  error before the first token is a refusal (the reply ends `error` saying why, with the real limit
+  where it is one, learnt for later requests), after it a failure (`error`, the text so far kept);
+- each request is salted with its owner where `generate_async` takes `cache_salt`, and block reuse
+  is off where it does not (`setup.cache_options`): no owner gets a faster first token from
+  another's prompt;
 - stop strings stay ours: `IncrementalDetokenizer` holds back a possible stop-string prefix exactly
   as on the CPU engines; on a stop string the reply ends with `stop` and the TensorRT-LLM request is
   aborted;
@@ -24,21 +36,26 @@ endings mean here `errors`, its iteration stats `stats`.
   answered yet may still sit in the executor's waiting queue, and such a request is dropped with
   no response at all (_torch/pyexecutor/py_executor.py `_handle_canceled_requests` ->
   `update_waiting_queue`): it ends `cancelled` at once, with no tokens, and whatever TensorRT-LLM
-  still sends for it is drained and ignored;
+  still sends for it is drained and ignored. One still waiting here just leaves the queue;
+- a dead executor (the worker process killed, a CUDA fault: `watch`) leaves its requests without
+  a final response forever: the engine looks every WATCH_S, ends every open reply `error` (their
+  text is kept by the layers above), reports itself unavailable (`stats().unavailable`, so
+  /readyz answers 503 with the reason) and builds a new LLM, retrying with backoff;
 - refusals become `EngineError` / `PromptTooLongError` (a 400), a shut-down LLM
   `EngineUnavailableError` (see `errors`).
 
 `kv_cells` and the step settings (`step_stretch`, `max_step_tokens`) do not apply (TensorRT-LLM
 sizes its KV cache from free GPU memory and schedules tokens itself); `max_seqs` becomes
-`max_batch_size`, `context_size`
-`max_seq_len`. `stats()`: `running` is our requests in flight; queue depth and KV use come from
-TensorRT-LLM's iteration stats (see `stats`).
+`max_batch_size`, `context_size` `max_seq_len`. `stats()`: `running` is our requests in flight,
+`waiting` those queued here and in TensorRT-LLM; KV use comes from TensorRT-LLM's iteration
+stats (see `stats`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import Counter
@@ -56,31 +73,38 @@ from app.engine.base import (
     SamplingParams,
 )
 from app.engine.detokenizer import IncrementalDetokenizer
+from app.engine.fair_queue import FairQueue
 from app.engine.requests import RequestState, TableEngine, reply_room
 from app.engine.trtllm.errors import NeverRaised, backend_ending, refusal, request_error_type
+from app.engine.trtllm.limits import Limits, read_limits
 from app.engine.trtllm.setup import (
     DEFAULT_MODEL,
     INSTALL_HINT,
     TrtLlmUnavailableError,
     apply_worker_mode,
-    executor_max_seq_len,
+    cache_options,
     import_tensorrt_llm,
     llm_arg_fields,
     sampler_options,
     sampling_kwargs,
     tensorrt_llm_installed,
+    version_tuple,
 )
 from app.engine.trtllm.stats import IterationStats
+from app.engine.trtllm.watch import WATCH_S, executor_failure
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
 ABORT_GRACE_S = 5.0  # an aborted request ends by then even if TensorRT-LLM never confirms it
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # between attempts to rebuild a dead LLM
 
 
 @dataclass(slots=True, eq=False)
 class _Request(RequestState):
-    output: Any  # tensorrt_llm RequestOutput
+    token_ids: list[int] | None = None  # the prompt, until handed to TensorRT-LLM
+    trt_params: Any = None  # its tensorrt_llm SamplingParams
+    output: Any = None  # its tensorrt_llm RequestOutput, once handed over
     responses: int = 0  # responses TensorRT-LLM has sent: 0 means it may still be queued
     abort_sent: bool = False  # RequestOutput.abort() was called
     stop_string: bool = False  # we ended it on a stop string
@@ -96,17 +120,21 @@ class TrtLlmEngine(TableEngine[_Request]):
         super().__init__()
         self._settings = settings
         self._model = settings.model_path or DEFAULT_MODEL
-        self._context_size = settings.context_size
+        self._limits = Limits(settings.context_size, settings.context_size)
         self._trt: ModuleType | None = None
         self._llm: Any = None
+        self._llm_kwargs: dict[str, Any] = {}
         self._tokenizer: Any = None
         self._request_error: type[BaseException] = NeverRaised  # until started
+        self._salted = False  # requests carry their owner as `cache_salt`
         self._accepting = False
-        self._pumps: set[asyncio.Task[None]] = set()  # still following a TensorRT-LLM request
+        self._failure: str | None = None  # the executor died: why (a new LLM is being built)
+        self._waiting: FairQueue[_Request] = FairQueue(lambda r: r.owner)
+        self._in_trt: set[_Request] = set()  # handed to TensorRT-LLM and still followed
         self._tokens = 0
         self._finish_counts: Counter[str] = Counter()  # how TensorRT-LLM requests ended
         self._iteration_stats = IterationStats()
-        self._stats_task: asyncio.Task[None] | None = None
+        self._background: list[asyncio.Task[None]] = []  # stats polling, the executor watch
         self.in_process: bool | None = None  # the worker mode in effect, once started
         self.sampler: str | None = None  # the sampler chosen, once started
 
@@ -118,21 +146,55 @@ class TrtLlmEngine(TableEngine[_Request]):
 
     @property
     def context_size(self) -> int:
-        return self._context_size
+        return self._limits.context
 
     async def start(self) -> None:
         if self._llm is not None:
             return
         trt = import_tensorrt_llm()
         self._loop = asyncio.get_running_loop()
-        sampler_kwargs, self.sampler = sampler_options(llm_arg_fields(trt))
+        fields = llm_arg_fields(trt)
+        version = getattr(trt, "__version__", "?")
+        choice = sampler_options(version_tuple(str(version)), fields)
+        cache_kwargs, self._salted = cache_options(trt)
+        self.sampler = choice.name
         self.in_process = apply_worker_mode(self._settings.trtllm_in_process)
-        kwargs: dict[str, Any] = {
+        self._llm_kwargs = {
             "max_seq_len": self._settings.context_size,
             "max_batch_size": self._settings.max_seqs,
             "enable_iter_perf_stats": True,
-            **sampler_kwargs,
+            **({"enable_chunked_prefill": True} if "enable_chunked_prefill" in fields else {}),
+            **choice.kwargs,
+            **cache_kwargs,
         }
+        self._trt = trt
+        await self._build()
+        self._request_error = request_error_type()
+        log.info(
+            "TensorRT-LLM %s: %s backend, %s (ignores: %s), executor %s, max_seq_len %d, "
+            "prompt limit %d, max_batch_size %d, prefix cache %s",
+            version,
+            getattr(self._llm.args, "backend", None) or "pytorch",
+            choice.name,
+            ", ".join(choice.ignored) or "nothing",
+            "in this process" if self.in_process else "in its worker process",
+            self._limits.context,
+            self._limits.prompt,
+            self._settings.max_seqs,
+            "salted per owner" if self._salted else "off (no cache_salt in this release)",
+        )
+        for field in choice.ignored:
+            log.warning("TensorRT-LLM %s's %s ignores `%s`", version, choice.name, field)
+        self._accepting = True
+        self._background = [
+            asyncio.create_task(self._iteration_stats.poll(lambda: self._llm), name="trtllm-stats"),
+            asyncio.create_task(self._watch(), name="trtllm-watch"),
+        ]
+
+    async def _build(self) -> None:
+        """Build the LLM (off the loop: it loads the model) and read what it enforces."""
+        assert self._trt is not None
+        trt, kwargs = self._trt, self._llm_kwargs
         try:
             llm = await asyncio.to_thread(lambda: trt.LLM(model=self._model, **kwargs))
         except Exception as exc:
@@ -142,48 +204,31 @@ class TrtLlmEngine(TableEngine[_Request]):
         if llm.tokenizer is None:
             await asyncio.to_thread(llm.shutdown)
             raise EngineUnavailableError(f"TensorRT-LLM loaded {self._model} without a tokenizer")
-        self._trt, self._llm, self._tokenizer = trt, llm, llm.tokenizer
-        self._request_error = request_error_type()
-        limit = executor_max_seq_len(llm)
-        if limit is not None and 0 < limit < self._context_size:
-            self._context_size = limit
-        backend = getattr(getattr(llm, "args", None), "backend", None) or "pytorch"
-        log.info(
-            "TensorRT-LLM %s: %s backend, %s, executor %s, max_seq_len %d, max_batch_size %d",
-            getattr(trt, "__version__", "?"),
-            backend,
-            self.sampler,
-            "in this process" if self.in_process else "in its worker process",
-            self._context_size,
-            self._settings.max_seqs,
-        )
-        self._accepting = True
-        self._stats_task = asyncio.create_task(self._iteration_stats.poll(llm), name="trtllm-stats")
+        self._llm, self._tokenizer = llm, llm.tokenizer
+        self._limits = read_limits(llm, self._settings.context_size)
 
     async def shutdown(self) -> None:
         self._accepting = False
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
         requests = list(self.requests)
         for req in requests:
             self._cancel(req)
         answered = [r.task for r in requests if r.task is not None and r.responses]
         if answered:  # their final `cancelled` responses come at the next iteration
             await asyncio.wait(answered, timeout=ABORT_GRACE_S)
-        pumps = list(self._pumps)  # the rest may never get a response: stop following them
-        for task in pumps:
-            task.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
+        await self._stop_following()
         for req in requests:
             req.finish(FinishReason.CANCELLED)
-        if self._stats_task is not None:
-            self._stats_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._stats_task
-            self._stats_task = None
         llm, self._llm = self._llm, None
         if llm is not None:
             await asyncio.to_thread(llm.shutdown)
 
     def _unavailable(self) -> str | None:
+        if self._failure is not None:
+            return self._failure
         if not self._accepting or self._llm is None or self._trt is None:
             return "the TensorRT-LLM engine is not running"
         return None
@@ -193,46 +238,98 @@ class TrtLlmEngine(TableEngine[_Request]):
         request_id: str,
         messages: ChatMessages,
         params: SamplingParams,
-        owner: str | None,  # unused: TensorRT-LLM's own scheduler admits requests
+        owner: str | None,
     ) -> _Request:
         assert self._trt is not None
         # Before anything reaches TensorRT-LLM: its result needs this loop (executor/result.py).
         asyncio.get_running_loop()
         token_ids = self._tokenize(messages)
-        max_tokens = reply_room(len(token_ids), self._context_size, params)
-        try:
-            trt_params = self._trt.SamplingParams(**sampling_kwargs(params, max_tokens))
-            output = self._llm.generate_async(token_ids, trt_params, streaming=True)
-        except Exception as exc:
-            error = refusal(exc, self._llm, self._request_error, len(token_ids), self._context_size)
-            if isinstance(error, EngineUnavailableError):
-                self._accepting = False
-                log.error("TensorRT-LLM has shut down: %r", exc)
-            raise error from exc
-        return _Request(
+        self._limits.check_prompt(len(token_ids))
+        max_tokens = reply_room(len(token_ids), self._limits.context, params)
+        req = _Request(
             request_id=request_id,
-            output=output,
             prompt_tokens=len(token_ids),
             detok=IncrementalDetokenizer(stop=params.stop),
+            owner=owner,
+            token_ids=token_ids,
+            trt_params=self._trt.SamplingParams(**sampling_kwargs(params, max_tokens)),
         )
+        if self._slot_free():  # handed over now, so that a refusal on the spot is a 400
+            req.output = self._hand_over(req)
+        return req
 
     def _submit(self, req: _Request) -> None:
-        assert self._loop is not None
-        self._iteration_stats.requested = True
-        req.task = self._loop.create_task(self._pump(req), name=f"trtllm-{req.request_id}")
-        self._pumps.add(req.task)
-        req.task.add_done_callback(self._pumps.discard)
+        self._waiting.append(req)
+        if req.output is not None:  # a slot was free: nobody waits, so it is the one due
+            assert self._waiting.pop() is req
+            self._follow(req)
 
     def _abort(self, req: _Request) -> None:
         assert self._loop is not None
         self._cancel(req)
-        self._loop.call_later(ABORT_GRACE_S, self._abort_deadline, req)
+        if not req.done:
+            self._loop.call_later(ABORT_GRACE_S, self._abort_deadline, req)
 
     def stats(self) -> EngineStats:
         extra = {f"trt_finish_{k}": float(v) for k, v in self._finish_counts.items()}
         if self.in_process is not None:
             extra["trt_in_process"] = float(self.in_process)
-        return self._iteration_stats.engine_stats(len(self.requests), self._tokens, extra)
+        return self._iteration_stats.engine_stats(
+            running=len(self.requests) - len(self._waiting),
+            waiting=len(self._waiting),
+            idle=not self._in_trt,
+            tokens=self._tokens,
+            extra=extra,
+            unavailable=self._failure,
+        )
+
+    # -- admission ------------------------------------------------------------------------------
+
+    def _slot_free(self) -> bool:
+        return not self._waiting and len(self._in_trt) < self._settings.max_seqs
+
+    def _hand_over(self, req: _Request) -> Any:
+        """`generate_async` for `req`; what TensorRT-LLM refuses on the spot raises our error."""
+        kwargs = {"cache_salt": req.owner} if self._salted else {}
+        try:
+            return self._llm.generate_async(req.token_ids, req.trt_params, streaming=True, **kwargs)
+        except Exception as exc:
+            error = self._limits.learn(str(exc), req.prompt_tokens) or refusal(
+                exc, self._llm, self._request_error, req.prompt_tokens, self._limits.context
+            )
+            if isinstance(error, EngineUnavailableError):
+                log.error("TensorRT-LLM has shut down: %r", exc)
+            raise error from exc
+
+    def _follow(self, req: _Request) -> None:
+        assert self._loop is not None
+        req.token_ids = None  # TensorRT-LLM has it now
+        req.admitted_at = time.time()
+        self._in_trt.add(req)
+        self._iteration_stats.requested = True
+        req.task = self._loop.create_task(self._pump(req), name=f"trtllm-{req.request_id}")
+
+    def _admit(self) -> None:
+        """Fill the free slots from the fair queue."""
+        while self._waiting and len(self._in_trt) < self._settings.max_seqs:
+            if self._unavailable():
+                return
+            req = self._waiting.pop()
+            try:
+                req.output = self._hand_over(req)
+            except EngineError as exc:
+                self._waiting.done(req)
+                self._finish_counts["refused"] += 1
+                req.finish(FinishReason.ERROR, str(exc))
+                continue
+            self._follow(req)
+
+    def _release(self, req: _Request) -> None:
+        """TensorRT-LLM lets go of `req`: its slot goes to the next one due."""
+        if req in self._in_trt:
+            self._in_trt.discard(req)
+            self._waiting.done(req)
+            self._admit()
 
     # -- per request ----------------------------------------------------------------------------
 
@@ -264,13 +361,25 @@ class TrtLlmEngine(TableEngine[_Request]):
             req.finish(FinishReason.CANCELLED)
             raise
         except Exception as exc:
-            log.warning("TensorRT-LLM request %s failed: %r", req.request_id, exc)
-            req.finish(FinishReason.ERROR, f"TensorRT-LLM failed: {exc}")
+            trt_reason = self._failed(req, exc)
         else:
             self._finish_backend(req, trt_reason)
         finally:
             outcome = "stop_string" if req.stop_string else trt_reason or "unconfirmed"
             self._finish_counts[outcome] += 1
+            self._release(req)
+
+    def _failed(self, req: _Request, exc: Exception) -> str:
+        """The request's stream raised (an `ErrorResponse`, result.py): before its first token
+        a refusal, with the real limit where it is one; after it a failure."""
+        if req.first_token_at is None and not req.aborted:
+            error = self._limits.learn(str(exc), req.prompt_tokens)
+            log.info("TensorRT-LLM refused request %s: %s", req.request_id, exc)
+            req.finish(FinishReason.ERROR, str(error or f"TensorRT-LLM refused the request: {exc}"))
+            return "refused"
+        log.warning("TensorRT-LLM request %s failed: %r", req.request_id, exc)
+        req.finish(FinishReason.ERROR, f"TensorRT-LLM failed: {exc}")
+        return "error"
 
     def _take(self, req: _Request, token_ids: list[int], text: str) -> None:
         self._tokens += len(token_ids)
@@ -288,15 +397,20 @@ class TrtLlmEngine(TableEngine[_Request]):
             req.finish(*backend_ending(trt_reason))
 
     def _cancel(self, req: _Request) -> None:
-        """Stop or shutdown: ask TensorRT-LLM to cancel; a request it never answered may be in its
-        waiting queue, which drops it without a response, so it ends here and now."""
+        """Stop or shutdown. One waiting here leaves the queue. Otherwise ask TensorRT-LLM to
+        cancel; a request it never answered may be in its waiting queue, which drops it without
+        a response, so it ends here and now."""
         req.aborted = True
+        if req in self._waiting:
+            self._waiting.remove(req)
+            req.finish(FinishReason.CANCELLED)
+            return
         self._abort_backend(req)
         if req.responses == 0:
             req.finish(FinishReason.CANCELLED)
 
     def _abort_backend(self, req: _Request) -> None:
-        if req.abort_sent or req.output.finished:
+        if req.output is None or req.abort_sent or req.output.finished:
             return
         req.abort_sent = True
         try:
@@ -310,3 +424,46 @@ class TrtLlmEngine(TableEngine[_Request]):
             req.finish(FinishReason.CANCELLED)
         if req.task is not None and not req.task.done():
             req.task.cancel()  # nothing more will come for it (a request dropped while queued)
+
+    # -- a dead executor ------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Look at the executor every WATCH_S; when it has died, fail what it held and build a
+        new LLM (see `watch`)."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            if self._failure is None and (why := executor_failure(self._llm)):
+                await self._recover(why)
+
+    async def _recover(self, why: str) -> None:
+        self._failure = f"{why}; restarting TensorRT-LLM"
+        log.error("%s: ending %d replies with an error", self._failure, len(self.requests))
+        for req in list(self.requests):
+            req.finish(FinishReason.ERROR, f"the inference engine failed: {why}")
+        self._waiting.clear()
+        await self._stop_following()
+        old, self._llm = self._llm, None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.to_thread(old.shutdown), timeout=30)
+        for attempt in itertools.count():
+            try:
+                await self._build()
+            except EngineUnavailableError as exc:
+                delay = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
+                self._failure = (
+                    f"{why}; restarting TensorRT-LLM failed ({exc}), next try in {delay:g} s"
+                )
+                log.error("%s", self._failure)
+                await asyncio.sleep(delay)
+                continue
+            break
+        self._failure = None
+        log.warning("TensorRT-LLM restarted after: %s", why)
+
+    async def _stop_following(self) -> None:
+        """Stop following every TensorRT-LLM request (they may never get a response)."""
+        tasks = [r.task for r in self._in_trt if r.task is not None and not r.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._in_trt.clear()

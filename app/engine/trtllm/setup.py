@@ -3,14 +3,27 @@
 What it relies on was read in NVIDIA/TensorRT-LLM's sources (1.0 and the newer releases; paths
 relative to `tensorrt_llm/`), cited where it is used.
 
-Sampling: 1.0's TorchSampler takes a batch-wide greedy fast path unless the LLM is built with
-`enable_trtllm_sampler` or `enable_mixed_sampler` (_torch/pyexecutor/sampler.py: `fast_path = not
-self.enable_mixed_sampler and ...` -> argmax), silently ignoring temperature, top-p and top-k.
-`sampler_options` picks, from the fields the installed version's `TorchLlmArgs` has, the option
-that applies each request's sampling: where the fast path exists (the `enable_mixed_sampler` field
-does), the TRTLLM sampler (it also honours the per-request seed); in later versions (1.1's
-`sampler_type`, or no field at all) TorchSampler, which samples each request its own way there.
-The choice is logged at start-up with the version and backend.
+Sampling (`sampler_options`), per release (_torch/pyexecutor/sampler.py; the versioned docs'
+features/sampling.md): below 1.3 the TRTLLM sampler, the one that applies every field (1.0:
+`enable_trtllm_sampler=True`, whose absence leaves 1.0's TorchSampler on a batch-wide greedy fast
+path; 1.1 and 1.2: `sampler_type="TRTLLMSampler"`, since their TorchSampler has no penalties and
+draws every request from one generator seeded 42, `self._global_seed = 42`). From 1.3 TorchSampler
+(1.3 deprecates the TRTLLM sampler, 1.4 rejects it); it has the penalties from 1.3, but `seed`
+still changes nothing there (one generator; per-request seeds are NVIDIA/TensorRT-LLM PR #17172,
+merged after the 1.4 release candidates, the newest the stored sources cover). The sampler and
+every field the release ignores are logged at start; where the LLM's arguments cannot be read the
+engine refuses to start rather than decode greedily for everyone.
+
+The TRTLLM sampler seeds a request without a seed with 0, every time ("it will initialize the random
+table by random seed 0 every time, and generate same results", NVIDIA/TensorRT-LLM#1000): the
+engine gives every sampled request without a seed a fresh random one (`sampling_kwargs`).
+
+Cache isolation (`cache_options`): block reuse (the KV prefix cache) is on by default. Where
+`generate_async` takes `cache_salt` (llmapi/llm.py, later 1.x: "limit the kv cache reuse to the
+requests with the same string") each request is salted with its owner; where it does not, block
+reuse is turned off (`KvCacheConfig(enable_block_reuse=False)`), so no owner's first token is
+faster for what another asked. Chunked prefill is asked for where the release has the field
+(see `limits`).
 
 Worker process or not (`EngineSettings.trtllm_in_process`, env TRTLLM_IN_PROCESS, default off):
 with one GPU the LLM API runs the executor in a spawned worker process and ships responses over
@@ -32,10 +45,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import inspect
 import logging
 import os
+import random
 import re
 import sys
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -96,34 +112,53 @@ def version_tuple(version: str) -> tuple[int, int]:
 
 def llm_arg_fields(trt: ModuleType) -> frozenset[str]:
     """The names `tensorrt_llm.LLM(...)` accepts: the fields of the PyTorch backend's arguments
-    (llmapi/llm_args.py `TorchLlmArgs`, a pydantic model, also exported by `tensorrt_llm.llmapi`)."""
+    (llmapi/llm_args.py `TorchLlmArgs`, a pydantic model, also exported by `tensorrt_llm.llmapi`).
+    Refuses to start where they cannot be read: the sampler could not be chosen."""
     for module in ("tensorrt_llm.llmapi", "tensorrt_llm.llmapi.llm_args"):
         with contextlib.suppress(ImportError):
             args = getattr(importlib.import_module(module), "TorchLlmArgs", None)
             fields = getattr(args, "model_fields", None)
             if isinstance(fields, dict) and fields:
                 return frozenset(fields)
-    log.warning("cannot read TensorRT-LLM's TorchLlmArgs: the sampler is left at its default")
-    return frozenset()
+    raise EngineUnavailableError(
+        "cannot read TensorRT-LLM's TorchLlmArgs, so the sampler that applies each request's "
+        "sampling cannot be chosen: refusing to start rather than answer everyone greedily"
+    )
 
 
-def sampler_options(fields: frozenset[str]) -> tuple[dict[str, Any], str]:
-    """The `LLM(...)` arguments under which each request's own sampling is applied, and the name
-    of the sampler they select (see the module docstring).
+@dataclass(frozen=True, slots=True)
+class SamplerChoice:
+    kwargs: dict[str, Any]  # for LLM(...)
+    name: str
+    ignored: tuple[str, ...]  # our SamplingParams fields the sampler does not apply
 
-    `enable_mixed_sampler` exists exactly where TorchSampler still has its batch-wide greedy fast
-    path (1.0); there the TRTLLM sampler is chosen, through whichever field this version has for
-    it, since it applies temperature, top-p, top-k and the seed per request. Elsewhere TorchSampler
-    samples each request its own way."""
-    if "enable_trtllm_sampler" in fields:  # 1.0
-        return {"enable_trtllm_sampler": True}, "TRTLLMSampler (enable_trtllm_sampler=True)"
-    if "enable_mixed_sampler" in fields:
-        if "sampler_type" in fields:
-            return {"sampler_type": "TRTLLMSampler"}, "TRTLLMSampler (sampler_type)"
-        return {"enable_mixed_sampler": True}, "TorchSampler (enable_mixed_sampler=True)"
-    if "sampler_type" in fields:  # 1.1+: TorchSampler applies each request's strategy
-        return {"sampler_type": "TorchSampler"}, "TorchSampler (sampler_type='TorchSampler')"
-    return {}, "TorchSampler (the only sampler in this version)"
+
+def sampler_options(version: tuple[int, int], fields: frozenset[str]) -> SamplerChoice:
+    """The sampler for this release (see the module docstring)."""
+    if version < (1, 3):
+        if "enable_trtllm_sampler" in fields:  # 1.0
+            return SamplerChoice({"enable_trtllm_sampler": True}, "TRTLLMSampler", ())
+        if "sampler_type" in fields:  # 1.1, 1.2
+            return SamplerChoice({"sampler_type": "TRTLLMSampler"}, "TRTLLMSampler", ())
+        raise EngineUnavailableError(
+            f"TensorRT-LLM {'.'.join(map(str, version))} has neither enable_trtllm_sampler nor "
+            f"sampler_type: refusing to start rather than sample with a sampler that drops fields"
+        )
+    kwargs = {"sampler_type": "TorchSampler"} if "sampler_type" in fields else {}
+    return SamplerChoice(kwargs, "TorchSampler", ("seed",))
+
+
+def cache_options(trt: ModuleType) -> tuple[dict[str, Any], bool]:
+    """`LLM(...)` arguments that keep owners' prefix caches apart, and whether each request is
+    to be salted with its owner (see the module docstring)."""
+    try:
+        parameters = inspect.signature(trt.LLM.generate_async).parameters
+    except (TypeError, ValueError):
+        parameters = {}  # type: ignore[assignment]
+    if "cache_salt" in parameters:
+        return {}, True
+    config = importlib.import_module("tensorrt_llm.llmapi").KvCacheConfig
+    return {"kv_cache_config": config(enable_block_reuse=False)}, False
 
 
 def apply_worker_mode(in_process: bool) -> bool:
@@ -153,7 +188,9 @@ def sampling_kwargs(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
     """Our sampling parameters as TensorRT-LLM `SamplingParams` keyword arguments.
 
     Greedy is `top_k=1` (TensorRT-LLM's own notion of greedy decoding) rather than temperature 0,
-    which not every backend accepts. Stop strings are left out on purpose (see `app.engine.trtllm.engine`).
+    which not every backend accepts. A sampled request without a seed gets a fresh random one
+    (the TRTLLM sampler would use 0, see the module docstring). Stop strings are left out on
+    purpose (see `app.engine.trtllm.engine`).
     """
     kwargs: dict[str, Any] = {"max_tokens": max_tokens, "detokenize": True}
     if params.greedy:
@@ -165,6 +202,8 @@ def sampling_kwargs(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
             kwargs["top_k"] = params.top_k
     if params.seed is not None:
         kwargs["seed"] = params.seed
+    elif not params.greedy:
+        kwargs["seed"] = random.getrandbits(63)
     # tensorrt_llm/sampling_params.py: `min_p`, `repetition_penalty`, `presence_penalty` and
     # `frequency_penalty` (None: the runtime's neutral default); set only when they do something.
     if params.min_p > 0.0 and not params.greedy:
@@ -176,15 +215,3 @@ def sampling_kwargs(params: SamplingParams, max_tokens: int) -> dict[str, Any]:
     if params.frequency_penalty != 0.0:
         kwargs["frequency_penalty"] = params.frequency_penalty
     return kwargs
-
-
-def executor_max_seq_len(llm: Any) -> int | None:
-    """The limit the executor enforces: base_worker.py keeps the model engine's (possibly
-    lower) `max_seq_len` on the in-process worker; otherwise the LLM's arguments."""
-    for value in (
-        getattr(getattr(llm, "_executor", None), "max_seq_len", None),
-        getattr(getattr(llm, "args", None), "max_seq_len", None),
-    ):
-        if isinstance(value, int) and value > 0:
-            return value
-    return None

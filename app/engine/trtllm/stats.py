@@ -2,7 +2,10 @@
 
 Queue depth and KV use come from TensorRT-LLM's iteration stats (the LLM is built with
 `enable_iter_perf_stats`), polled once a request has been made: it has none before. That queue is
-shared (whoever reads a stat consumes it), so nothing else in the process may read it.
+shared (whoever reads a stat consumes it), so nothing else in the process may read it. An idle
+executor runs no iterations and so reports nothing (py_executor.py waits for requests): its last
+stat shows the last batch still running, so while nothing is in TensorRT-LLM the queue and the KV
+use are 0, not the last figures read.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from app.engine.base import EngineStats
@@ -26,22 +30,25 @@ class IterationStats:
         self.requested = False  # a request has been made: iteration stats exist
         self._latest: dict[str, float] = {}
 
-    async def poll(self, llm: Any) -> None:
-        """Keep the latest iteration stats, polling for as long as the engine runs once a request
-        has been made (TensorRT-LLM has none before): the last iterations before the executor goes
-        idle are the ones that show the queue and the KV cache emptied."""
+    async def poll(self, current_llm: Callable[[], Any]) -> None:
+        """Keep the latest iteration stats of whichever LLM runs now (a dead one is replaced),
+        polling for as long as the engine runs once a request has been made."""
+        failing = False
         while True:
             await asyncio.sleep(STATS_POLL_S)
-            if not self.requested:
+            llm = current_llm()
+            if not self.requested or llm is None:
                 continue
             try:
                 async for stat in llm.get_stats_async(timeout=STATS_POLL_S):
                     self._record(json.loads(stat) if isinstance(stat, str) else stat)
+                failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.info("TensorRT-LLM iteration stats unavailable, reporting 0s: %r", exc)
-                return
+                if not failing:  # once, not every second
+                    log.info("TensorRT-LLM iteration stats unavailable, reporting 0s: %r", exc)
+                failing = True
 
     def _record(self, stat: dict[str, Any]) -> None:
         kv = stat.get("kvCacheStats") or {}
@@ -56,23 +63,35 @@ class IterationStats:
         }
         self._latest.update({k: float(v) for k, v in fields.items() if v is not None})
 
-    def engine_stats(self, running: int, tokens: int, extra: dict[str, float]) -> EngineStats:
-        """`EngineStats` from the latest iteration, with our own counts and `extra` added."""
+    def engine_stats(
+        self,
+        *,
+        running: int,
+        waiting: int,
+        idle: bool,
+        tokens: int,
+        extra: dict[str, float],
+        unavailable: str | None,
+    ) -> EngineStats:
+        """`EngineStats` from the latest iteration (0s while `idle`: nothing in TensorRT-LLM),
+        with our own counts and `extra` added; `waiting` adds TensorRT-LLM's queue to ours."""
         latest = self._latest
         block = latest.get("tokens_per_block", 0.0)
+        busy = 0.0 if idle else 1.0
         for ours, theirs in (
             ("iter_latency_ms", "iter_latency_ms"),
             ("trt_active_requests", "active"),
             ("trt_kv_used_blocks", "used_blocks"),
         ):
             if theirs in latest:
-                extra[ours] = latest[theirs]
+                extra[ours] = latest[theirs] * (busy if theirs != "iter_latency_ms" else 1.0)
         return EngineStats(
             running=running,
-            waiting=int(latest.get("queued", 0)),
-            kv_used=int(latest.get("used_blocks", 0) * block),
+            waiting=waiting + int(latest.get("queued", 0) * busy),
+            kv_used=int(latest.get("used_blocks", 0) * block * busy),
             kv_total=int(latest.get("max_blocks", 0) * block),
             steps=int(latest.get("iter", 0)),
             tokens_generated=tokens,
             extra=extra,
+            unavailable=unavailable,
         )
