@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import json
 import os
 import secrets
@@ -118,7 +120,32 @@ def end_process(process: subprocess.Popen[bytes] | None, timeout_s: float) -> in
     return process.returncode
 
 
+# Under pytest-xdist each worker takes its ports from a block of its own below the kernel's
+# ephemeral range (32768-60999 by default): no other worker's server, nor an outgoing connection
+# of anyone's, is handed the port between the check here and the server's own bind.
+WORKER_PORTS = 500
+
+
+@functools.cache
+def _worker_ports() -> Iterator[int]:
+    """This xdist worker's block, from a random start (two runs at once rarely meet); outside
+    xdist, none: the kernel picks."""
+    number = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")  # "gw0", "gw1", ...
+    if not number.isdigit() or int(number) >= 24:
+        return iter(())
+    first = 20000 + int(number) * WORKER_PORTS
+    start = secrets.randbelow(WORKER_PORTS)
+    return itertools.cycle([first + (start + i) % WORKER_PORTS for i in range(WORKER_PORTS)])
+
+
 def free_port() -> int:
+    for port in itertools.islice(_worker_ports(), WORKER_PORTS):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

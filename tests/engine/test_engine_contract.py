@@ -33,7 +33,8 @@ from tests.engine.test_trtllm_fake import install_fake
 from tests.fakes import tensorrt_llm as fake_trt
 from tests.llama_server import LlamaServer
 
-ENGINES = ["llamacpp", "synthetic", "trtllm-fake", "openai"]
+# ENGINE=openai needs llama-server compiled and running: the `live` tier, not `fast` (conftest.py).
+ENGINES = ["llamacpp", "synthetic", "trtllm-fake", pytest.param("openai", marks=pytest.mark.live)]
 CONTEXT = 512
 # Long for every engine: SmolLM2 goes on and on; the synthetic engine obeys the marker; the fake
 # TensorRT-LLM (script None) counts words up to max_tokens.
