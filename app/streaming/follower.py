@@ -5,7 +5,7 @@ events: Start at the resume offset, Deltas whose ids are character offsets, the 
 for "nothing to say for keepalive_s". A finished reply replays to its end; one streaming on
 another replica is re-read every `poll_s` until it ends there, and the replica running it is told
 now and then that a client still follows it (ATTACH), so the disconnect grace it started when
-that client left restarts. What it needs of the database is a `ReplyStore` (app/streaming/store.py).
+that client left restarts. It reads and publishes through the `ReplyLedger` port (app/streaming/ledger.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 
 from app.streaming.events import CancelCause, Delta, Start, Status, StreamEvent
 from app.streaming.generation import Outcome, final_from_outcome
-from app.streaming.store import ATTACH, ReplyStore
+from app.streaming.ledger import ATTACH, ReplyLedger
 
 STORED_POLL_S = 0.5
 """How often a reply streaming on another replica is re-read from the store."""
@@ -27,7 +27,7 @@ STOP_POLL_S = 0.05
 class Follower:
     def __init__(
         self,
-        store: ReplyStore,
+        store: ReplyLedger,
         *,
         grace_s: float,
         poll_s: float = STORED_POLL_S,

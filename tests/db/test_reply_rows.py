@@ -16,10 +16,17 @@ from app.db.session import transaction
 from app.domain.accounts.models import User
 from app.domain.chat import conversations, reply_rows
 from app.domain.chat.models import Conversation, Message, MessageRole
-from app.domain.chat.recorder import DatabaseRecorder
 from app.streaming.events import Status
-from app.streaming.manager import Progress
-from tests.db.chat_rows import Sessions, finish_reply, flush, message_count, outcome, reload
+from app.streaming.ledger import Progress
+from tests.db.chat_rows import (
+    Sessions,
+    finish_reply,
+    flush,
+    ledger,
+    message_count,
+    outcome,
+    reload,
+)
 
 FINAL_STATUSES = [status for status in Status if status.is_final]
 
@@ -221,7 +228,7 @@ async def test_the_row_keeps_the_outcome_as_it_is(
     )
     assert None not in dataclasses.astuple(ended)  # every field says something
 
-    await DatabaseRecorder(db_sessions).save_finals([ended])
+    await ledger(db_sessions).save_finals([ended])
     assert reply_rows.stored_outcome(await reload(db_sessions, reply.id)) == ended
 
 
@@ -239,19 +246,19 @@ async def test_a_row_without_its_end_reads_as_an_empty_outcome(
     assert stored.first_token_at is None and stored.ttft_ms is None
 
 
-async def test_the_recorder_saves_several_ends_all_or_none(
+async def test_the_ledger_saves_several_ends_all_or_none(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
     _, first = await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
     _, second = await reply_rows.add_turn(db_sessions, conversation.id, "b", "m")
-    recorder = DatabaseRecorder(db_sessions)
+    saving = ledger(db_sessions)
     with pytest.raises(ValueError, match="not a final status"):
-        await recorder.save_finals(
+        await saving.save_finals(
             [outcome(first.id, Status.COMPLETED, text="one"), outcome(second.id, Status.STREAMING)]
         )
     assert (await reload(db_sessions, first.id)).status is Status.STREAMING
 
-    await recorder.save_finals(
+    await saving.save_finals(
         [outcome(first.id, Status.COMPLETED, text="one"), outcome(second.id, Status.LENGTH)]
     )
     assert (await reload(db_sessions, first.id)).content == "one"
@@ -362,12 +369,12 @@ async def test_many_replies_flushing_at_once(
 async def test_progress_updates_batch_in_one_transaction(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    """The recorder flushes every running reply at once; a finished one is left alone."""
+    """The ledger flushes every running reply at once; a finished one is left alone."""
     _, running = await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
     _, finished = await reply_rows.add_turn(db_sessions, conversation.id, "b", "m")
     await finish_reply(db_sessions, finished.id, "completed", text="final")
 
-    await DatabaseRecorder(db_sessions).save_progress(
+    await ledger(db_sessions).save_progress(
         [Progress(str(running.id), "partial", 3), Progress(str(finished.id), "stale", 9)]
     )
     flushed = await reload(db_sessions, running.id)

@@ -29,7 +29,7 @@ async def _take_first_delta(subscriber: Subscriber) -> None:
 async def test_a_client_gone_for_longer_than_the_grace_aborts_the_reply(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=LONG, grace_s=0.05)
+    generation = await start_reply(manager, tokens=LONG, grace_s=0.05)
     subscriber = manager.subscribe(generation, transport="sse")
     await _take_first_delta(subscriber)
     subscriber.close()  # before the Final: the client went away
@@ -44,7 +44,7 @@ async def test_a_client_gone_for_longer_than_the_grace_aborts_the_reply(
 async def test_a_client_back_within_the_grace_keeps_the_reply_alive(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=300, grace_s=0.2)
+    generation = await start_reply(manager, tokens=300, grace_s=0.2)
     first = manager.subscribe(generation, transport="sse")
     await _take_first_delta(first)
     first.close()
@@ -58,7 +58,7 @@ async def test_a_client_back_within_the_grace_keeps_the_reply_alive(
 async def test_without_a_grace_period_a_disconnect_aborts_at_once(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=LONG, grace_s=0.0)
+    generation = await start_reply(manager, tokens=LONG, grace_s=0.0)
     subscriber = manager.subscribe(generation, transport="sse")
     await _take_first_delta(subscriber)
     subscriber.close()
@@ -67,7 +67,7 @@ async def test_without_a_grace_period_a_disconnect_aborts_at_once(
 
 
 async def test_a_disconnect_after_the_final_cancels_nothing(manager: GenerationManager) -> None:
-    generation = start_reply(manager, tokens=20, grace_s=0.0)
+    generation = await start_reply(manager, tokens=20, grace_s=0.0)
     _, _, final = split(await read_all(manager.subscribe(generation, transport="sse")))
     assert final is not None and final.status is Status.COMPLETED
     assert generation.cancel_cause is None
@@ -76,7 +76,7 @@ async def test_a_disconnect_after_the_final_cancels_nothing(manager: GenerationM
 async def test_one_of_two_followers_leaving_does_not_start_the_grace(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=300, grace_s=0.0)
+    generation = await start_reply(manager, tokens=300, grace_s=0.0)
     stays = manager.subscribe(generation, transport="sse")
     leaves = manager.subscribe(generation, transport="ws")
     leaves.close()
@@ -88,7 +88,7 @@ async def test_the_watchdog_drops_a_subscriber_that_takes_nothing_while_text_is_
     make_manager: Callable[..., Awaitable[GenerationManager]],
 ) -> None:
     manager = await make_manager(client_deadline_s=0.1)
-    generation = start_reply(manager, tokens=LONG, grace_s=60)
+    generation = await start_reply(manager, tokens=LONG, grace_s=60)
     stuck = manager.subscribe(generation, transport="sse")
     events = stuck.events(0.01)
     assert isinstance(await anext(events), Start)
@@ -107,9 +107,9 @@ async def test_the_watchdog_spares_a_reader_that_keeps_up_and_one_that_waits_for
     make_manager: Callable[..., Awaitable[GenerationManager]],
 ) -> None:
     manager = await make_manager(client_deadline_s=0.1)
-    reading = start_reply(manager, tokens=600, grace_s=0.0)
+    reading = await start_reply(manager, tokens=600, grace_s=0.0)
     reader = asyncio.create_task(read_all(manager.subscribe(reading, transport="sse")))
-    stuck_on = start_reply(manager, tokens=LONG, grace_s=0.0)
+    stuck_on = await start_reply(manager, tokens=LONG, grace_s=0.0)
     stuck = manager.subscribe(stuck_on, transport="sse")
     await ended(stuck_on)  # the watchdog has run: it dropped the stuck one ...
     assert stuck_on.cancel_cause is CancelCause.DEADLINE
@@ -123,7 +123,7 @@ async def test_a_stuck_subscriber_does_not_abort_a_reply_someone_else_follows(
     make_manager: Callable[..., Awaitable[GenerationManager]],
 ) -> None:
     manager = await make_manager(client_deadline_s=0.1)
-    generation = start_reply(manager, tokens=2000, grace_s=0.0)
+    generation = await start_reply(manager, tokens=2000, grace_s=0.0)
     stuck = manager.subscribe(generation, transport="sse")
     reader = manager.subscribe(generation, transport="sse")
     _, _, final = split(await read_all(reader))
@@ -137,7 +137,7 @@ async def test_a_client_following_through_another_replica_keeps_restarting_the_g
 ) -> None:
     # Lasts several grace periods. The grace is 35x the report interval: a loaded machine (the
     # whole suite on two CPUs) can stall the loop for a quarter second, which is not the point.
-    generation = start_reply(manager, tokens=4000, grace_s=0.7)
+    generation = await start_reply(manager, tokens=4000, grace_s=0.7)
     subscriber = manager.subscribe(generation, transport="sse")
     await _take_first_delta(subscriber)
     subscriber.close()

@@ -94,7 +94,7 @@ async def test_a_page_that_connects_hears_the_replies_live_now_then_their_end(
     """The domain's side (app/domain/chat/push_events.py) over this hub and a real manager: the
     user's live page replies first (a page that just opened missed their start), then each end."""
     push = UserPush(PushHub(), manager)
-    generation = start_reply(manager, tokens=200)  # user-1's
+    generation = await start_reply(manager, tokens=200)  # user-1's
     push.reply_started(generation)  # before anyone listens: heard by nobody
     events = push.follow("user-1", keepalive_s=5)
     started = ReplyStarted(generation.conversation_id, generation.message_id)

@@ -1,6 +1,6 @@
 """The subscriber mailbox: coalescing under a slow reader, cursors and resume offsets.
 
-In process, with the synthetic engine and the in-memory recorder (tests/streaming/core.py).
+In process, with the synthetic engine and the in-memory ledger (tests/streaming/core.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.streaming.core import ended, read_all, split, start_reply
 async def test_a_slow_subscriber_gets_one_coalesced_delta_and_never_holds_the_engine(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=120)
+    generation = await start_reply(manager, tokens=120)
     fast = manager.subscribe(generation, transport="sse")
     slow = manager.subscribe(generation, transport="sse")
     fast_events = asyncio.create_task(read_all(fast))
@@ -46,7 +46,7 @@ async def test_a_slow_subscriber_gets_one_coalesced_delta_and_never_holds_the_en
 async def test_deltas_carry_their_end_offset_and_a_resume_gets_exactly_the_rest(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=80)
+    generation = await start_reply(manager, tokens=80)
     outcome = await ended(generation)
     text = outcome.text
     for after in (0, 1, len(text) // 3, len(text) - 1, len(text)):
@@ -63,7 +63,7 @@ async def test_deltas_carry_their_end_offset_and_a_resume_gets_exactly_the_rest(
 
 
 async def test_a_resume_offset_out_of_range_is_clamped(manager: GenerationManager) -> None:
-    generation = start_reply(manager, tokens=20)
+    generation = await start_reply(manager, tokens=20)
     outcome = await ended(generation)
     beyond = manager.subscribe(generation, transport="sse", after=len(outcome.text) + 50)
     start, deltas, final = split(await read_all(beyond))
@@ -76,7 +76,7 @@ async def test_a_resume_offset_out_of_range_is_clamped(manager: GenerationManage
 async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=400, grace_s=60)  # the client may come back
+    generation = await start_reply(manager, tokens=400, grace_s=60)  # the client may come back
     first = manager.subscribe(generation, transport="sse")
     events = first.events(0.01)
     received = ""
@@ -99,7 +99,7 @@ async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
 async def test_text_since_and_parts_between_agree_with_the_engine_deltas(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=60)
+    generation = await start_reply(manager, tokens=60)
     text = (await ended(generation)).text
     parts = generation.parts_between(0, len(text))
     assert parts >= 2
@@ -111,7 +111,7 @@ async def test_text_since_and_parts_between_agree_with_the_engine_deltas(
 async def test_follow_live_subscribes_when_first_read_and_lets_go_however_it_ends(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=2000, grace_s=0.0)
+    generation = await start_reply(manager, tokens=2000, grace_s=0.0)
     events = follow_live(generation, transport="sse", after=0, keepalive_s=0.01)
     assert generation.subscribers == frozenset(), "a stream never read holds nothing"
     first = await anext(events)
