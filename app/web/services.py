@@ -14,6 +14,7 @@ from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
+from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.ledger import DatabaseLedger
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.push_events import UserPush
@@ -38,6 +39,7 @@ class Services:
     manager: GenerationManager
     cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
+    conversations: ConversationService
     push: UserPush  # each user's events, to every page they have open
     push_relay: Broadcast  # ... on every replica
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -79,6 +81,7 @@ class Services:
             manager,
             cancel_channel,
             replies,
+            ConversationService(sessions, manager, push),
             push,
             push_relay,
         )

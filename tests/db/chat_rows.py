@@ -11,8 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.cancel_channel import LocalCancelChannel
 from app.db.session import transaction
+from app.domain.chat import reply_rows
 from app.domain.chat.ledger import DatabaseLedger
-from app.domain.chat.models import Message
+from app.domain.chat.models import Conversation, Message
 from app.domain.chat.reply_rows import FINAL_UPDATE, final_params
 from app.streaming.events import Status
 from app.streaming.generation import Outcome
@@ -41,6 +42,38 @@ def outcome(message_id: uuid.UUID, status: Status | str, **fields: Any) -> Outco
         "error": None,
     }
     return Outcome(message_id=str(message_id), status=Status(status), **{**ended, **fields})
+
+
+async def add_turn(
+    sessions: Sessions,
+    conversation_id: uuid.UUID,
+    user_content: str,
+    model: str | None,
+    *,
+    parent_id: uuid.UUID | None = None,
+    title_if_untitled: str | None = None,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+) -> tuple[Message, Message]:
+    """A question and its `streaming` reply, committed, through the send's own write
+    (`reply_rows.write_turn`): after `parent_id`, or, when None, after the conversation's current
+    leaf (its end as shown; None in an empty conversation)."""
+    async with transaction(sessions) as session:
+        if parent_id is None:
+            parent_id = await session.scalar(
+                select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
+            )
+        question, reply, _ = await reply_rows.write_turn(
+            session,
+            conversation_id,
+            user_content,
+            model,
+            parent_id=parent_id,
+            engine_request_id=engine_request_id,
+            replica_id=replica_id,
+            title_if_untitled=title_if_untitled,
+        )
+    return question, reply
 
 
 def ledger(sessions: Sessions) -> DatabaseLedger:

@@ -18,6 +18,7 @@ from app.domain.chat import conversations, reply_rows
 from app.domain.chat.ledger import DatabaseLedger
 from app.streaming.events import CancelCause, Status
 from app.streaming.ledger import ATTACH, Progress
+from tests.db.chat_rows import add_turn
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -29,7 +30,7 @@ async def test_load_reads_the_row_as_it_grows_ends_and_goes(
 ) -> None:
     owner = await make_user()
     conversation = await conversations.create_conversation(db_sessions, owner.id, "t")
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "question", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "question", "m")
     message_id = str(reply.id)
     channel = cancel_channel_for(migrated_database_url, db_sessions)
     store = DatabaseLedger(db_sessions, channel)  # here, reading
@@ -115,7 +116,7 @@ async def test_close_interrupted_closes_this_replicas_rows_only(
     rows = {}
     for replica in ("r1", "r2"):
         async with transaction(db_sessions) as session:
-            _, reply = await reply_rows.write_turn(
+            _, reply, _ = await reply_rows.write_turn(
                 session, conversation.id, "q", "m", parent_id=None, replica_id=replica
             )
         rows[replica] = str(reply.id)

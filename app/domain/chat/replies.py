@@ -25,7 +25,7 @@ from app.db.session import Sessions, transaction
 from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
-from app.domain.chat.push_events import UserPush
+from app.domain.chat.push_events import ConversationRenamed, UserPush
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
 from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
 from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
@@ -86,7 +86,8 @@ class ReplyService:
         """`keepalive_s`: how long a followed reply may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit.
-        `push`: where the user's other pages hear of a page reply that starts (and ends)."""
+        `push`: where the user's pages hear of a page reply that starts (and ends), and of a
+        chat its first message names."""
         self.sessions = sessions
         self.manager = manager
         self.limits = limits
@@ -137,7 +138,7 @@ class ReplyService:
         request too. On SQLite the read takes no lock: Python's sqlite3 opens a transaction only
         before the first INSERT/UPDATE/DELETE (its default "legacy transaction control", which
         SQLAlchemy keeps: sqlalchemy/dialects/sqlite/base.py, "Legacy Transaction Mode"), so the
-        write transaction starts with `write_turn`'s UPDATE, as `add_turn`'s always did."""
+        write transaction starts with `write_turn`'s UPDATE."""
         async with self.sessions(expire_on_commit=False) as session:
             turn = await prompts.next_turn(session, user_id, conversation_id)
             content = self.limits.content(request.content)
@@ -145,7 +146,7 @@ class ReplyService:
             params = self.limits.sampling(options, self.manager.engine.context_size)
 
             async def write(request_id: str) -> ReplyRows:
-                question, reply = await reply_rows.write_turn(
+                question, reply, title = await reply_rows.write_turn(
                     session,
                     conversation_id,
                     content,
@@ -156,6 +157,8 @@ class ReplyService:
                     title_if_untitled=content if turn.untitled else None,
                 )
                 await session.commit()
+                if title is not None and self.push is not None:  # named by this first message
+                    self.push.publish(user_id, ConversationRenamed(str(conversation_id), title))
                 return _rows(reply, question.id)
 
             source = str(turn.source)
@@ -199,18 +202,6 @@ class ReplyService:
         reply = await self.find(user_id, request.message_id)
         status = await self.stop(reply, CancelCause.USER, wait_s)
         return StopResult(message_id=str(request.message_id), status=status)
-
-    async def delete_conversation(self, user_id: UUID, conversation_id: UUID) -> None:
-        """Delete a conversation, then stop what it is still generating: after the delete, so
-        that a reply whose turn a racing send wrote just before it is stopped too (its final
-        write finds no row: a no-op)."""
-        deleted = await conversations.delete_conversation(self.sessions, user_id, conversation_id)
-        owned = (str(conversation_id), str(user_id))
-        for generation in self.manager.live():
-            if (generation.conversation_id, generation.user_id) == owned:
-                generation.cancel(CancelCause.USER)
-        if not deleted:
-            raise conversations.ConversationNotFoundError(conversation_id)
 
     def _from_start(self, generation: Generation, transport: str) -> ReplyEvents:
         events = self.follow(generation, transport=transport, after=0, keepalive_s=self.keepalive_s)
