@@ -31,7 +31,6 @@ from app.streaming.events import CancelCause
 from app.streaming.generation import Generation
 from app.streaming.ledger import Progress, ReplyLedger
 from app.streaming.saving import FinalSaver
-from app.streaming.subscriber import Subscriber
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +184,6 @@ class GenerationManager:
     def live(self) -> list[Generation]:
         """Replies generating here, and those that ended but are not saved yet; oldest first."""
         return sorted(self._live.values(), key=lambda g: g.created_at)
-
-    def subscribe(self, generation: Generation, *, transport: str, after: int = 0) -> Subscriber:
-        return Subscriber(generation, transport=transport, after=after)
 
     def cancel(self, message_id: str, cause: CancelCause) -> bool:
         """Abort a live reply; False if it is not live here (finished, or on another replica)."""

@@ -18,7 +18,7 @@ def receive(manager: GenerationManager, message_id: str, action: str) -> None:
     if action == ATTACH:
         generation = manager.get(message_id)
         if generation is not None:
-            generation.followed_elsewhere()
+            generation.attached_elsewhere()
         return
     try:
         cause = CancelCause(action)

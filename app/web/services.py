@@ -88,7 +88,7 @@ class Services:
 
     async def start(self) -> None:
         await self.manager.start()  # first closes what a previous run left streaming
-        # What other replicas publish about replies (a Stop, a client following) acts on ours.
+        # What other replicas publish about replies (a Stop, a client watching) acts on ours.
         await self.cancel_channel.start(functools.partial(relay.receive, self.manager))
         await self.push_relay.start(self.push.receive)  # other replicas' users' events
         # The model loads in the background: meanwhile the server answers, /readyz says

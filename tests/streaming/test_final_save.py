@@ -14,6 +14,7 @@ from app.streaming.events import Final, Status
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
 from app.streaming.saving import FinalSaver
+from app.streaming.subscriber import Subscriber
 from tests.streaming.core import MemoryLedger, ended, read_all, split, start_reply
 
 
@@ -22,7 +23,7 @@ async def test_the_final_goes_out_only_after_the_save(
 ) -> None:
     ledger.gate.clear()  # the database stalls
     generation = await start_reply(manager, tokens=30, final_wait_s=3600)
-    reading = asyncio.create_task(read_all(manager.subscribe(generation, transport="sse")))
+    reading = asyncio.create_task(read_all(Subscriber(generation, transport="sse")))
     outcome = await ended(generation)
     while ledger.attempts == 0:  # noqa: ASYNC110 -- the saver has taken it and is blocked
         await asyncio.sleep(0.001)
@@ -44,7 +45,7 @@ async def test_a_slow_save_releases_the_final_marked_unsaved_then_resume_says_sa
     ledger.gate.clear()
     generation = await start_reply(manager, tokens=30, final_wait_s=0.05)
     # No keepalive tick to re-check on: the Generation itself wakes the reader when the wait is up.
-    subscriber = manager.subscribe(generation, transport="sse")
+    subscriber = Subscriber(generation, transport="sse")
     _, deltas, final = split(await read_all(subscriber, keepalive_s=3600))
     assert final is not None and final.saved is False
     assert "".join(d.text for d in deltas) == generation.text()  # its text is the true one
@@ -52,11 +53,11 @@ async def test_a_slow_save_releases_the_final_marked_unsaved_then_resume_says_sa
     assert ledger.finals == {}, "released before the save, as the flag says"
     # Still live in memory: a resume answers from it, truthfully unsaved.
     assert manager.get(generation.message_id) is generation and generation.saving
-    _, _, again = split(await read_all(manager.subscribe(generation, transport="sse")))
+    _, _, again = split(await read_all(Subscriber(generation, transport="sse")))
     assert again is not None and again.saved is False
     ledger.gate.set()
     await generation.wait_done()
-    _, _, later = split(await read_all(manager.subscribe(generation, transport="sse")))
+    _, _, later = split(await read_all(Subscriber(generation, transport="sse")))
     assert later is not None and later.saved is True
     assert later.status is final.status and later.id == final.id
 
@@ -66,7 +67,7 @@ async def test_a_failed_final_write_is_retried_until_saved(
 ) -> None:
     ledger.fail_next = 2
     generation = await start_reply(manager, tokens=10, final_wait_s=3600)
-    _, _, final = split(await read_all(manager.subscribe(generation, transport="sse")))
+    _, _, final = split(await read_all(Subscriber(generation, transport="sse")))
     assert final is not None and final.saved is True
     assert generation.save_attempts == 3 and ledger.attempts == 3
     assert generation.save_error is not None and "ConnectionError" in generation.save_error
@@ -164,7 +165,7 @@ async def test_keepalives_flow_while_the_final_waits_for_the_save(
 ) -> None:
     ledger.gate.clear()
     generation = await start_reply(manager, tokens=10, final_wait_s=3600)
-    subscriber = manager.subscribe(generation, transport="sse")
+    subscriber = Subscriber(generation, transport="sse")
     heartbeats_while_saving = 0
     final = None
     async for event in subscriber.events(0.01):

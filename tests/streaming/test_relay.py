@@ -11,7 +11,7 @@ import pytest
 from app.streaming import relay
 from app.streaming.events import CancelCause, Status
 from app.streaming.manager import GenerationManager
-from app.streaming.subscriber import follow_live
+from app.streaming.subscriber import live_events
 from tests.streaming.core import ended, start_reply
 
 LONG = 5000  # tokens: several seconds of synthetic steps, far longer than any test here waits
@@ -43,7 +43,7 @@ async def test_a_relayed_attach_restarts_the_grace_of_a_reply_whose_client_left(
 ) -> None:
     grace_s = 0.5
     generation = await start_reply(manager, tokens=LONG, grace_s=grace_s)
-    events = follow_live(generation, transport="sse", after=0, keepalive_s=1)
+    events = live_events(generation, transport="sse", after=0, keepalive_s=1)
     await anext(events)  # Start: subscribed
     loop = asyncio.get_running_loop()
     await events.aclose()  # the client left: the grace starts now

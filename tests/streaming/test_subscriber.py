@@ -14,7 +14,7 @@ from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
 from app.streaming.events import CancelCause, Delta, Final, Start, Status, StreamEvent
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
-from app.streaming.subscriber import Subscriber, follow_live
+from app.streaming.subscriber import Subscriber, live_events
 from tests.streaming.core import ended, read_all, split, start_reply
 
 
@@ -22,8 +22,8 @@ async def test_a_slow_subscriber_gets_one_coalesced_delta_and_never_holds_the_en
     manager: GenerationManager,
 ) -> None:
     generation = await start_reply(manager, tokens=120)
-    fast = manager.subscribe(generation, transport="sse")
-    slow = manager.subscribe(generation, transport="sse")
+    fast = Subscriber(generation, transport="sse")
+    slow = Subscriber(generation, transport="sse")
     fast_events = asyncio.create_task(read_all(fast))
     # The slow one takes nothing until the reply has ended: the engine did not wait for it.
     outcome = await ended(generation)
@@ -51,7 +51,7 @@ async def test_deltas_carry_their_end_offset_and_a_resume_gets_exactly_the_rest(
     text = outcome.text
     for after in (0, 1, len(text) // 3, len(text) - 1, len(text)):
         start, deltas, final = split(
-            await read_all(manager.subscribe(generation, transport="sse", after=after))
+            await read_all(Subscriber(generation, transport="sse", after=after))
         )
         assert start.id == after
         assert "".join(d.text for d in deltas) == text[after:]
@@ -65,10 +65,10 @@ async def test_deltas_carry_their_end_offset_and_a_resume_gets_exactly_the_rest(
 async def test_a_resume_offset_out_of_range_is_clamped(manager: GenerationManager) -> None:
     generation = await start_reply(manager, tokens=20)
     outcome = await ended(generation)
-    beyond = manager.subscribe(generation, transport="sse", after=len(outcome.text) + 50)
+    beyond = Subscriber(generation, transport="sse", after=len(outcome.text) + 50)
     start, deltas, final = split(await read_all(beyond))
     assert start.id == len(outcome.text) and deltas == [] and final is not None
-    before = manager.subscribe(generation, transport="sse", after=-5)
+    before = Subscriber(generation, transport="sse", after=-5)
     start, deltas, _ = split(await read_all(before))
     assert start.id == 0 and "".join(d.text for d in deltas) == outcome.text
 
@@ -77,7 +77,7 @@ async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
     manager: GenerationManager,
 ) -> None:
     generation = await start_reply(manager, tokens=400, grace_s=60)  # the client may come back
-    first = manager.subscribe(generation, transport="sse")
+    first = Subscriber(generation, transport="sse")
     events = first.events(0.01)
     received = ""
     async for event in events:  # read until some text has arrived, then drop the connection
@@ -89,9 +89,7 @@ async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
     first.close()
     offset = len(received)
     assert generation.outcome is None, "the reply must still be running for this test to mean much"
-    _, deltas, final = split(
-        await read_all(manager.subscribe(generation, transport="sse", after=offset))
-    )
+    _, deltas, final = split(await read_all(Subscriber(generation, transport="sse", after=offset)))
     assert received + "".join(d.text for d in deltas) == generation.text()
     assert final is not None and final.status is Status.COMPLETED
 
@@ -108,11 +106,11 @@ async def test_text_since_and_parts_between_agree_with_the_engine_deltas(
     assert generation.parts_between(0, 1) == 1  # inside the first part
 
 
-async def test_follow_live_subscribes_when_first_read_and_lets_go_however_it_ends(
+async def test_live_events_subscribe_when_first_read_and_lets_go_however_it_ends(
     manager: GenerationManager,
 ) -> None:
     generation = await start_reply(manager, tokens=2000, grace_s=0.0)
-    events = follow_live(generation, transport="sse", after=0, keepalive_s=0.01)
+    events = live_events(generation, transport="sse", after=0, keepalive_s=0.01)
     assert generation.subscribers == frozenset(), "a stream never read holds nothing"
     first = await anext(events)
     assert isinstance(first, Start) and first.message_id == generation.message_id

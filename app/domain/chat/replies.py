@@ -30,10 +30,10 @@ from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, Send
 from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
 from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
-from app.streaming.follower import Follower
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
-from app.streaming.subscriber import follow_live
+from app.streaming.poller import ReplyPoller
+from app.streaming.subscriber import live_events
 
 
 class NotFoundError(DomainError, LookupError):
@@ -58,11 +58,11 @@ class TooManyRepliesError(DomainError):
 
 @dataclass(frozen=True, slots=True)
 class ReplyEvents:
-    """One client's view of a reply: its id, and its events from `ReplyService.follow` (None: idle,
+    """One client's view of a reply: its id, and its events from `ReplyService.reply_events` (None: idle,
     send a heartbeat), which the transport frames (app/domain/chat/reply_frames.py)."""
 
     message_id: str
-    events: AsyncGenerator[StreamEvent | None, None]  # what `follow`, a generator, returns
+    events: AsyncGenerator[StreamEvent | None, None]  # what `reply_events`, a generator, returns
 
 
 class ReplyService:
@@ -83,7 +83,7 @@ class ReplyService:
         max_replies_per_user: int = 0,
         push: UserPush | None = None,
     ) -> None:
-        """`keepalive_s`: how long a followed reply may say nothing before a heartbeat.
+        """`keepalive_s`: how long a reply's stream may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit.
         `push`: where the user's pages hear of a page reply that starts (and ends), and of a
@@ -93,7 +93,7 @@ class ReplyService:
         self.limits = limits
         self.keepalive_s = keepalive_s
         self.grace_by_source = {"page": page_grace_s, "api": api_grace_s}
-        self.elsewhere = Follower(manager.ledger, grace_s=page_grace_s)
+        self.elsewhere = ReplyPoller(manager.ledger, grace_s=page_grace_s)
         self.replica_id = replica_id
         self.max_replies_per_user = max_replies_per_user
         self._starting: Counter[str] = Counter()  # replies past the check, not yet live
@@ -191,7 +191,7 @@ class ReplyService:
     async def resume(self, user_id: UUID, request: ResumeReply, *, transport: str) -> ReplyEvents:
         """What the client missed since offset `after`, then the rest live (or as stored)."""
         reply = await self.find(user_id, request.message_id)
-        events = self.follow(
+        events = self.reply_events(
             reply, transport=transport, after=max(0, request.after), keepalive_s=self.keepalive_s
         )
         return ReplyEvents(str(request.message_id), events)
@@ -204,7 +204,9 @@ class ReplyService:
         return StopResult(message_id=str(request.message_id), status=status)
 
     def _from_start(self, generation: Generation, transport: str) -> ReplyEvents:
-        events = self.follow(generation, transport=transport, after=0, keepalive_s=self.keepalive_s)
+        events = self.reply_events(
+            generation, transport=transport, after=0, keepalive_s=self.keepalive_s
+        )
         return ReplyEvents(generation.message_id, events)
 
     # -- starting and finding replies --------------------------------------------------------------
@@ -235,9 +237,9 @@ class ReplyService:
     ) -> Generation:
         """Answer a reply's question again; the new reply is a new version next to the old one.
 
-        Same order as `start`: the engine accepts the prompt before any row changes. Raises
-        NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or EngineRefusedError before
-        writing anything.
+        Same order as `send` (`_launch`): the engine accepts the prompt before any row changes.
+        Raises NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or
+        EngineRefusedError before writing anything.
         """
         old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
@@ -263,8 +265,8 @@ class ReplyService:
     async def _edit(
         self, user_id: UUID, message_id: UUID, content: str, options: ReplyOptions
     ) -> Generation:
-        """The edited question and its reply, in `start`'s order, with the conversation's settings
-        like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
+        """The edited question and its reply, in `send`'s order (`_launch`), with the
+        conversation's settings like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
         EngineRefusedError before writing anything."""
         edited = await conversations.get_message(self.sessions, user_id, message_id)
         if edited is None or edited.role is not MessageRole.USER:
@@ -322,18 +324,18 @@ class ReplyService:
         live = self.manager.get(str(message_id))
         return live if live is not None else message
 
-    def follow(
+    def reply_events(
         self, reply: Generation | Message, *, transport: str, after: int, keepalive_s: float
     ) -> AsyncGenerator[StreamEvent | None, None]:
         """Start, what was missed since offset `after`, then live deltas, then Final.
 
         None means "nothing to say for keepalive_s": the transport sends a heartbeat.
-        A reply that is not live here is followed through the database: a finished one replays to
+        A reply that is not live here is read from the database (`ReplyPoller`): a finished one replays to
         its end; one still streaming elsewhere (another replica) is polled until it ends.
         """
         if isinstance(reply, Generation):
-            return follow_live(reply, transport=transport, after=after, keepalive_s=keepalive_s)
-        return self.elsewhere.follow(
+            return live_events(reply, transport=transport, after=after, keepalive_s=keepalive_s)
+        return self.elsewhere.events(
             reply_rows.stored_outcome(reply),
             conversation_id=str(reply.conversation_id),
             after=after,

@@ -1,10 +1,10 @@
-"""A reply that is not live in this process, followed and stopped through its store.
+"""A reply that is not live in this process, read and stopped through the ledger, by polling it.
 
 The database-polling counterpart of a Subscriber (app/streaming/subscriber.py), with the same
 events: Start at the resume offset, Deltas whose ids are character offsets, the Final, and None
 for "nothing to say for keepalive_s". A finished reply replays to its end; one streaming on
 another replica is re-read every `poll_s` until it ends there, and the replica running it is told
-now and then that a client still follows it (ATTACH), so the disconnect grace it started when
+now and then that a client still watches it (ATTACH), so the disconnect grace it started when
 that client left restarts. It reads and publishes through the `ReplyLedger` port (app/streaming/ledger.py).
 """
 
@@ -24,7 +24,7 @@ STOP_POLL_S = 0.05
 """How often a reply stopped on another replica is re-read until its end is stored."""
 
 
-class Follower:
+class ReplyPoller:
     def __init__(
         self,
         store: ReplyLedger,
@@ -34,13 +34,13 @@ class Follower:
         stop_poll_s: float = STOP_POLL_S,
     ) -> None:
         """`grace_s`: how long the replica running a reply waits for a client that left (a
-        page's grace): a client following from here is reported three times within it."""
+        page's grace): a client watching from here is reported three times within it."""
         self.store = store
         self.poll_s = poll_s
         self.stop_poll_s = stop_poll_s
         self.attach_every_s = max(poll_s, grace_s / 3)
 
-    async def follow(
+    async def events(
         self, reply: Outcome, *, conversation_id: str, after: int, keepalive_s: float
     ) -> AsyncGenerator[StreamEvent | None, None]:
         """Start, the text since offset `after` as the store has it and as it grows, then Final.
