@@ -4,7 +4,7 @@ running the reply.
 On PostgreSQL the replicas already share the database, so its LISTEN/NOTIFY is the channel (no
 extra service): each replica LISTENs on one connection, and a message is `message_id action`.
 What the actions are, and what a replica does on hearing one, is the streaming core's business
-(app/streaming/store.py, app/streaming/relay.py): here they are plain strings. SQLite means one
+(app/streaming/ledger.py, app/streaming/relay.py): here they are plain strings. SQLite means one
 process: nothing to relay.
 """
 

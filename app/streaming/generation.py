@@ -189,8 +189,8 @@ class Generation:
             self._grace_cause = cause
             self._grace_timer = loop.call_later(self.grace_s, self._grace_expired, cause)
 
-    def followed_elsewhere(self) -> None:
-        """A client follows this reply through another replica: restart the grace period."""
+    def attached_elsewhere(self) -> None:
+        """A client watches this reply through another replica (ATTACH): restart the grace period."""
         if self._grace_timer is not None:
             cause = self._grace_cause
             self._grace_timer.cancel()

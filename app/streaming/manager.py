@@ -1,5 +1,7 @@
 """The generation manager: every live reply, plus the background duties no connection should own.
 
+- a reply's start (`start_reply`): the engine accepts the prompt, the caller's rows are written,
+  and only then is the Generation made and pumped;
 - one pump task per reply (engine stream -> Generation -> the final write, then unregistered);
 - one saver for all final writes (app/streaming/saving.py): retried with backoff until saved, the
   Generation staying registered (resumable, cancellable, listed) until then;
@@ -9,7 +11,8 @@
   (their text goes with the final write);
 - one watchdog for all subscribers: a client that took nothing for `client_deadline_s` while text
   was pending is treated as gone.
-Nothing here knows HTTP or SQL: persistence goes through a `Recorder`.
+Nothing here knows HTTP or SQL: persistence goes through one port, a `ReplyLedger`
+(app/streaming/ledger.py).
 """
 
 from __future__ import annotations
@@ -18,53 +21,61 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from app.engine.base import ChatMessages, Engine, EngineEvent, SamplingParams
 from app.streaming import metrics
 from app.streaming.events import CancelCause
-from app.streaming.generation import Generation, Outcome
+from app.streaming.generation import Generation
+from app.streaming.ledger import Progress, ReplyLedger
 from app.streaming.saving import FinalSaver
-from app.streaming.subscriber import Subscriber
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Progress:
+class ReplyRequest:
+    """A reply to start: the engine's prompt and sampling, whose it is, and how long it waits for
+    a client that left (`grace_s`)."""
+
+    messages: ChatMessages
+    params: SamplingParams
+    user_id: str  # also the engine's `owner` (fair admission, cache scope: app/engine/base.py)
+    source: str  # "page" or "api"
+    grace_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRows:
+    """Where a reply being started was stored: what the caller's `persist` answers."""
+
     message_id: str
-    text: str
-    completion_tokens: int
+    conversation_id: str
+    user_message_id: str
 
 
-class Recorder(Protocol):
-    """Where replies are persisted (the chat domain implements it over the database)."""
-
-    async def save_progress(self, progress: Sequence[Progress]) -> None: ...
-
-    async def save_finals(self, outcomes: Sequence[Outcome]) -> None:
-        """Several replies' ends in one transaction: all saved, or none (raises)."""
-        ...
+Persist = Callable[[str], Awaitable[ReplyRows]]
+"""Writes a reply's rows, given the engine's request id; commits before it returns."""
 
 
 class GenerationManager:
     def __init__(
         self,
         engine: Engine,
-        recorder: Recorder,
+        ledger: ReplyLedger,
         *,
         flush_interval_s: float = 1.0,
         client_deadline_s: float = 30.0,
         final_wait_s: float = 5.0,
     ) -> None:
         self.engine = engine
-        self.recorder = recorder
+        self.ledger = ledger
         self.flush_interval_s = flush_interval_s
         self.client_deadline_s = client_deadline_s
         self.final_wait_s = final_wait_s  # the longest a client's `final` waits for the save
-        self.saver = FinalSaver(recorder.save_finals)
+        self.saver = FinalSaver(ledger.save_finals)
         self._live: dict[str, Generation] = {}
         self._pumps: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -73,6 +84,11 @@ class GenerationManager:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
+        interrupted = await self.ledger.close_interrupted()
+        if interrupted:
+            log.warning(
+                "marked %d replies left streaming by a previous run as interrupted", interrupted
+            )
         self._accepting = True
         self.saver.start()
         self._background = [
@@ -115,28 +131,43 @@ class GenerationManager:
 
     # -- replies ------------------------------------------------------------------------------
 
-    def open_stream(
-        self,
-        request_id: str,
-        messages: ChatMessages,
-        params: SamplingParams,
-        *,
-        owner: str | None = None,
-    ) -> AsyncIterator[EngineEvent]:
-        """Ask the engine for a stream. Raises EngineError on bad input, before anything is saved.
+    async def start_reply(self, request: ReplyRequest, persist: Persist) -> Generation:
+        """Start a reply: the engine accepts the prompt, `persist(request_id)` writes its rows,
+        then it goes live here, pumped by its own task.
 
-        `owner` goes to the engine as is (fair admission, cache scope: see app/engine/base.py)."""
-        return self.engine.generate(request_id, messages, params, owner=owner)
+        In that order, so that nothing is left half-done: the engine raises EngineError on bad
+        input before anything is written, and a `persist` that raises aborts the engine request
+        (closing its stream does: app/engine/base.py) and raises on."""
+        request_id = uuid.uuid4().hex
+        stream = self.engine.generate(
+            request_id, request.messages, request.params, owner=request.user_id
+        )
+        try:
+            rows = await persist(request_id)
+        except BaseException:
+            await stream.aclose()  # type: ignore[attr-defined]
+            raise
+        generation = Generation(
+            message_id=rows.message_id,
+            request_id=request_id,
+            conversation_id=rows.conversation_id,
+            user_id=request.user_id,
+            user_message_id=rows.user_message_id,
+            source=request.source,
+            model=self.engine.model_name,
+            grace_s=request.grace_s,
+            final_wait_s=self.final_wait_s,
+        )
+        self._run(generation, stream)
+        return generation
 
-    def run(self, generation: Generation, stream: AsyncIterator[EngineEvent]) -> Generation:
-        """Start pumping `stream` (from `open_stream`, same id) into `generation`."""
+    def _run(self, generation: Generation, stream: AsyncIterator[EngineEvent]) -> None:
         self._live[generation.message_id] = generation
         task = asyncio.create_task(
             self._pump(generation, stream), name=f"pump-{generation.message_id}"
         )
         self._pumps.add(task)
         task.add_done_callback(self._pumps.discard)
-        return generation
 
     async def _pump(self, generation: Generation, stream: AsyncIterator[EngineEvent]) -> None:
         request_id = generation.request_id
@@ -154,9 +185,6 @@ class GenerationManager:
         """Replies generating here, and those that ended but are not saved yet; oldest first."""
         return sorted(self._live.values(), key=lambda g: g.created_at)
 
-    def subscribe(self, generation: Generation, *, transport: str, after: int = 0) -> Subscriber:
-        return Subscriber(generation, transport=transport, after=after)
-
     def cancel(self, message_id: str, cause: CancelCause) -> bool:
         """Abort a live reply; False if it is not live here (finished, or on another replica)."""
         generation = self._live.get(message_id)
@@ -172,7 +200,7 @@ class GenerationManager:
         if not dirty:
             return
         batch = [Progress(g.message_id, g.text(), g.tokens) for g in dirty]
-        await self.recorder.save_progress(batch)
+        await self.ledger.save_progress(batch)
         for generation, progress in zip(dirty, batch, strict=True):
             generation.flushed_length = len(progress.text)
 

@@ -1,13 +1,13 @@
 """The receiving end of the cross-replica relay: an action another replica published for a reply
-that may be live here (the sending end is a `ReplyStore`'s `publish`: app/streaming/store.py)."""
+that may be live here (the sending end is the `ReplyLedger`'s `publish`: app/streaming/ledger.py)."""
 
 from __future__ import annotations
 
 import logging
 
 from app.streaming.events import CancelCause
+from app.streaming.ledger import ATTACH
 from app.streaming.manager import GenerationManager
-from app.streaming.store import ATTACH
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ def receive(manager: GenerationManager, message_id: str, action: str) -> None:
     if action == ATTACH:
         generation = manager.get(message_id)
         if generation is not None:
-            generation.followed_elsewhere()
+            generation.attached_elsewhere()
         return
     try:
         cause = CancelCause(action)

@@ -4,7 +4,7 @@ It holds only a cursor (a character offset) into the Generation's text. Whatever
 connection last took an event leaves as ONE delta, so a slow socket gets fewer, larger events and
 the memory a client costs does not grow with how far behind it is. The engine never waits for it.
 
-A connection reads it through `follow_live` (below): Start, Delta..., Final, and None when idle
+A connection reads it through `live_events` (below): Start, Delta..., Final, and None when idle
 (the transport sends a heartbeat). A stream closed before its Final means the client is gone: the
 reply waits its grace period for the client to come back, then is aborted.
 
@@ -143,7 +143,7 @@ class Subscriber:
     def kill(self, cause: CancelCause) -> None:
         """The watchdog's verdict: this client is gone.
 
-        The reply lets go of it at once (and is aborted, no grace, if nobody else follows it). The
+        The reply lets go of it at once (and is aborted, no grace, if nobody else reads it). The
         connection itself is left to end on its own: the consumer is stuck in a send, which
         returns when the client reads or leaves, and the stream then ends without a Final. Until
         then it costs its socket buffers, nothing more.
@@ -171,7 +171,7 @@ class Subscriber:
                 self._keepalive.cancel()
 
 
-async def follow_live(
+async def live_events(
     generation: Generation, *, transport: str, after: int, keepalive_s: float
 ) -> AsyncGenerator[StreamEvent | None, None]:
     """One connection's events of a live reply (see `Subscriber.events`), however they end.

@@ -14,6 +14,7 @@ from litestar.di import NamedDependency, Provide
 
 from app.db.session import Sessions
 from app.domain.accounts.ratelimit import AuthLimits
+from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine
@@ -37,6 +38,10 @@ def provide_replies(services: NamedDependency[Services]) -> ReplyService:
     return services.replies
 
 
+def provide_conversation_service(services: NamedDependency[Services]) -> ConversationService:
+    return services.conversations
+
+
 def provide_push(services: NamedDependency[Services]) -> UserPush:
     return services.push
 
@@ -57,6 +62,7 @@ def app_dependencies() -> dict[str, Provide]:
             "settings": provide_settings,
             "sessions": provide_sessions,
             "replies": provide_replies,
+            "conversation_service": provide_conversation_service,
             "push": provide_push,
             "engine": provide_engine,
             "auth_limits": provide_auth_limits,

@@ -14,12 +14,11 @@ from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
-from app.domain.chat import reply_rows
+from app.domain.chat.conversation_service import ConversationService
+from app.domain.chat.ledger import DatabaseLedger
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.push_events import UserPush
-from app.domain.chat.recorder import DatabaseRecorder
 from app.domain.chat.replies import ReplyService
-from app.domain.chat.reply_store import DatabaseReplyStore
 from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics, relay
@@ -40,6 +39,7 @@ class Services:
     manager: GenerationManager
     cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
+    conversations: ConversationService
     push: UserPush  # each user's events, to every page they have open
     push_relay: Broadcast  # ... on every replica
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -52,14 +52,14 @@ class Services:
         sessions = make_sessionmaker(db_engine)
         engine = engine or create_engine(settings.engine)
         metrics.watch_engine(engine.stats)
+        cancel_channel = cancel_channel_for(settings.database_url, sessions)
         manager = GenerationManager(
             engine,
-            DatabaseRecorder(sessions),
+            DatabaseLedger(sessions, cancel_channel, settings.replica_id),
             flush_interval_s=settings.flush_interval_s,
             client_deadline_s=settings.client_deadline_s,
             final_wait_s=settings.final_save_wait_s,
         )
-        cancel_channel = cancel_channel_for(settings.database_url, sessions)
         push_relay = broadcast_for(settings.database_url, PUSH_CHANNEL)
         push = UserPush(PushHub(), manager, push_relay.publish if push_relay.relays else None)
         replies = ReplyService(
@@ -69,7 +69,6 @@ class Services:
             keepalive_s=settings.keepalive_s,
             page_grace_s=settings.page_grace_s,
             api_grace_s=settings.api_grace_s,
-            store=DatabaseReplyStore(sessions, cancel_channel),
             replica_id=settings.replica_id,
             max_replies_per_user=settings.max_replies_per_user,
             push=push,
@@ -82,20 +81,14 @@ class Services:
             manager,
             cancel_channel,
             replies,
+            ConversationService(sessions, manager, push),
             push,
             push_relay,
         )
 
     async def start(self) -> None:
-        interrupted = await reply_rows.mark_interrupted_at_startup(
-            self.sessions, self.settings.replica_id
-        )
-        if interrupted:
-            log.warning(
-                "marked %d replies left streaming by a previous run as interrupted", interrupted
-            )
-        await self.manager.start()
-        # What other replicas publish about replies (a Stop, a client following) acts on ours.
+        await self.manager.start()  # first closes what a previous run left streaming
+        # What other replicas publish about replies (a Stop, a client watching) acts on ours.
         await self.cancel_channel.start(functools.partial(relay.receive, self.manager))
         await self.push_relay.start(self.push.receive)  # other replicas' users' events
         # The model loads in the background: meanwhile the server answers, /readyz says

@@ -6,7 +6,6 @@
  */
 
 import { api } from "./api.js";
-import { DEFAULT_TITLE } from "./conversation-list.js";
 import { Push } from "./push.js";
 
 export class TabSync {
@@ -32,8 +31,8 @@ export class TabSync {
     switch (ev.event) {
       case "reply_started": {
         this.elsewhere.set(id, String(ev.message_id));
-        const c = list.find(id);
-        if (!c || !c.title || c.title === DEFAULT_TITLE) this.refetch(); // it may have named itself
+        // A chat its first message named was announced just before (conversation_renamed).
+        if (!list.find(id)) this.refetch();
         else list.touch(id, null);
         list.markStreaming();
         if (id === list.currentId && !this.replies.liveFor(id)) this.reload(id);

@@ -1,4 +1,4 @@
-"""Helpers of the chat database tests: read rows back, and end replies as the recorder does."""
+"""Helpers of the chat database tests: read rows back, and end replies as the ledger does."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.cancel_channel import LocalCancelChannel
 from app.db.session import transaction
-from app.domain.chat.models import Message
-from app.domain.chat.recorder import DatabaseRecorder
+from app.domain.chat import reply_rows
+from app.domain.chat.ledger import DatabaseLedger
+from app.domain.chat.models import Conversation, Message
 from app.domain.chat.reply_rows import FINAL_UPDATE, final_params
 from app.streaming.events import Status
 from app.streaming.generation import Outcome
-from app.streaming.manager import Progress
+from app.streaming.ledger import Progress
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -42,10 +44,47 @@ def outcome(message_id: uuid.UUID, status: Status | str, **fields: Any) -> Outco
     return Outcome(message_id=str(message_id), status=Status(status), **{**ended, **fields})
 
 
+async def add_turn(
+    sessions: Sessions,
+    conversation_id: uuid.UUID,
+    user_content: str,
+    model: str | None,
+    *,
+    parent_id: uuid.UUID | None = None,
+    title_if_untitled: str | None = None,
+    engine_request_id: str | None = None,
+    replica_id: str | None = None,
+) -> tuple[Message, Message]:
+    """A question and its `streaming` reply, committed, through the send's own write
+    (`reply_rows.write_turn`): after `parent_id`, or, when None, after the conversation's current
+    leaf (its end as shown; None in an empty conversation)."""
+    async with transaction(sessions) as session:
+        if parent_id is None:
+            parent_id = await session.scalar(
+                select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
+            )
+        question, reply, _ = await reply_rows.write_turn(
+            session,
+            conversation_id,
+            user_content,
+            model,
+            parent_id=parent_id,
+            engine_request_id=engine_request_id,
+            replica_id=replica_id,
+            title_if_untitled=title_if_untitled,
+        )
+    return question, reply
+
+
+def ledger(sessions: Sessions) -> DatabaseLedger:
+    """The streaming core's port over these rows, as one process (SQLite) has it."""
+    return DatabaseLedger(sessions, LocalCancelChannel())
+
+
 async def finish_reply(
     sessions: Sessions, message_id: uuid.UUID, status: Status | str, **fields: Any
 ) -> bool:
-    """Write a reply's end (`outcome`'s fields) with the recorder's UPDATE; True if this call
+    """Write a reply's end (`outcome`'s fields) with the ledger's UPDATE; True if this call
     wrote it, False if the reply had already ended (or is not a reply)."""
     async with transaction(sessions) as session:
         result = await session.execute(
@@ -55,8 +94,8 @@ async def finish_reply(
 
 
 async def flush(sessions: Sessions, message_id: uuid.UUID, text: str, tokens: int) -> None:
-    """One streaming reply's text so far, saved as the recorder saves it."""
-    await DatabaseRecorder(sessions).save_progress([Progress(str(message_id), text, tokens)])
+    """One streaming reply's text so far, saved as the ledger saves it."""
+    await ledger(sessions).save_progress([Progress(str(message_id), text, tokens)])
 
 
 async def reload(sessions: Sessions, message_id: uuid.UUID) -> Message:

@@ -19,10 +19,10 @@ from app.domain.admin.queries import (
     get_conversation_unscoped,
     message_status_counts,
 )
-from app.domain.chat import conversations, reply_rows
+from app.domain.chat import conversations
 from app.domain.chat.models import Conversation, ConversationSource, Message
 from app.streaming.events import Status
-from tests.db.chat_rows import finish_reply
+from tests.db.chat_rows import add_turn, finish_reply
 
 Sessions = async_sessionmaker[AsyncSession]
 MakeUser = Callable[..., Awaitable[User]]
@@ -54,7 +54,7 @@ async def _conversation(
 ) -> Conversation:
     conversation = await conversations.create_conversation(sessions, user.id, title, source)
     for question, answer, status in turns:
-        _, reply = await reply_rows.add_turn(sessions, conversation.id, question, "m")
+        _, reply = await add_turn(sessions, conversation.id, question, "m")
         if status is not Status.STREAMING:
             await finish_reply(sessions, reply.id, status, text=answer)
     await _set_times(sessions, conversation.id, at)

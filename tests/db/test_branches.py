@@ -13,13 +13,13 @@ from app.domain.admin.queries import admin_list_messages
 from app.domain.admin.tree_view import conversation_tree
 from app.domain.chat import branches, conversations, prompts, reply_rows
 from app.domain.chat.models import Conversation, ConversationSource, Message
-from tests.db.chat_rows import Sessions, finish_reply, message_count, reload
+from tests.db.chat_rows import Sessions, add_turn, finish_reply, message_count, reload
 
 
 async def turn(sessions: Sessions, conversation: Conversation, question: str, answer: str):  # type: ignore[no-untyped-def]
     """One finished turn after the branch shown, as the reply service adds it."""
     _, parent = await prompts.branch_prompt(sessions, conversation.id)
-    q, r = await reply_rows.add_turn(sessions, conversation.id, question, "m", parent_id=parent)
+    q, r = await add_turn(sessions, conversation.id, question, "m", parent_id=parent)
     await finish_reply(sessions, r.id, "completed", text=answer)
     return q, await reload(sessions, r.id)
 
@@ -149,7 +149,7 @@ async def test_api_conversations_have_no_versions(db_sessions: Sessions, owner: 
     api = await conversations.create_conversation(
         db_sessions, owner.id, "api", ConversationSource.API
     )
-    q, r = await reply_rows.add_turn(db_sessions, api.id, "hi", "m")
+    q, r = await add_turn(db_sessions, api.id, "hi", "m")
     await finish_reply(db_sessions, r.id, "completed", text="hello")
     with pytest.raises(branches.NotEditableError):
         await prompts.edit_prompt(db_sessions, q, "hi again")

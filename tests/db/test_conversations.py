@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, select
 from app.domain.accounts.models import User
 from app.domain.chat import conversations, reply_rows
 from app.domain.chat.models import Conversation, ConversationSource
-from tests.db.chat_rows import Sessions, message_count, reload
+from tests.db.chat_rows import Sessions, add_turn, message_count, reload
 
 MakeUser = Callable[..., Awaitable[User]]
 
@@ -39,7 +39,7 @@ async def test_list_conversations_most_recent_first(db_sessions: Sessions, owner
     newer = await conversations.create_conversation(db_sessions, owner.id, "newer", "api")
     listed = await conversations.list_conversations(db_sessions, owner.id)
     assert [c.id for c in listed] == [newer.id, older.id]
-    await reply_rows.add_turn(db_sessions, older.id, "bump", "m")
+    await add_turn(db_sessions, older.id, "bump", "m")
     listed = await conversations.list_conversations(db_sessions, owner.id)
     assert [c.id for c in listed] == [older.id, newer.id]
     from_api = await conversations.list_conversations(db_sessions, owner.id, source="api")
@@ -52,7 +52,7 @@ async def test_owner_scoping(
     db_sessions: Sessions, make_user: MakeUser, owner: User, conversation: Conversation
 ) -> None:
     stranger = await make_user("stranger@example.com")
-    question, reply = await reply_rows.add_turn(db_sessions, conversation.id, "private", "m")
+    question, reply = await add_turn(db_sessions, conversation.id, "private", "m")
 
     assert await conversations.get_conversation(db_sessions, stranger.id, conversation.id) is None
     assert await conversations.list_conversations(db_sessions, stranger.id) == []
@@ -86,8 +86,8 @@ async def test_delete_conversation_cascades_to_messages(
     db_sessions: Sessions, owner: User, conversation: Conversation
 ) -> None:
     kept = await conversations.create_conversation(db_sessions, owner.id, "kept")
-    await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
-    await reply_rows.add_turn(db_sessions, kept.id, "b", "m")
+    await add_turn(db_sessions, conversation.id, "a", "m")
+    await add_turn(db_sessions, kept.id, "b", "m")
     assert await message_count(db_sessions) == 4
 
     assert await conversations.delete_conversation(db_sessions, owner.id, conversation.id)
@@ -100,7 +100,7 @@ async def test_delete_conversation_cascades_to_messages(
 async def test_deleting_a_user_cascades_to_everything_they_own(
     db_sessions: Sessions, owner: User, conversation: Conversation
 ) -> None:
-    await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
+    await add_turn(db_sessions, conversation.id, "a", "m")
     async with db_sessions() as session, session.begin():
         await session.execute(delete(User).where(User.id == owner.id))
     async with db_sessions() as session:
@@ -129,8 +129,8 @@ async def test_first_messages_alike_give_distinct_titles(
 
     async def new_chat(user: User, first: str) -> str:
         chat = await conversations.create_conversation(db_sessions, user.id, None)
-        await reply_rows.add_turn(db_sessions, chat.id, first, "m", title_if_untitled=first)
-        await reply_rows.add_turn(db_sessions, chat.id, "again", "m", title_if_untitled="again")
+        await add_turn(db_sessions, chat.id, first, "m", title_if_untitled=first)
+        await add_turn(db_sessions, chat.id, "again", "m", title_if_untitled="again")
         named = await conversations.get_conversation(db_sessions, user.id, chat.id)
         assert named is not None
         return named.title

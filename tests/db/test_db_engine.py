@@ -10,10 +10,10 @@ from sqlalchemy import text
 
 from app.db.engine import SQLITE_BUSY_TIMEOUT_MS, create_engine, normalize_database_url
 from app.domain.accounts import service as accounts
-from app.domain.chat import conversations, reply_rows
+from app.domain.chat import conversations
 from app.settings import Settings
 from tests.db.alchemy_config import make_alchemy_config
-from tests.db.chat_rows import finish_reply
+from tests.db.chat_rows import add_turn, finish_reply
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ async def test_litestar_config_sessions_serve_the_services(
     try:
         user = await accounts.create_user(sessions, "web@example.com", "long enough")
         conversation = await conversations.create_conversation(sessions, user.id, "via the plugin")
-        _, reply = await reply_rows.add_turn(sessions, conversation.id, "hi", "m")
+        _, reply = await add_turn(sessions, conversation.id, "hi", "m")
         assert await finish_reply(sessions, reply.id, "completed", text="hello")
         messages = await conversations.list_messages(sessions, user.id, conversation.id)
         assert [m.content for m in messages or []] == ["hi", "hello"]

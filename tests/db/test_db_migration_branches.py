@@ -19,8 +19,8 @@ from app.db.migrate import (
     head_revision,
     upgrade_database_async,
 )
-from app.domain.chat import branches, conversations, prompts, reply_rows
-from tests.db.chat_rows import finish_reply, reload
+from app.domain.chat import branches, conversations, prompts
+from tests.db.chat_rows import add_turn, finish_reply, reload
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -163,6 +163,6 @@ async def test_replaced_replies_become_versions_and_come_back(database_url: str)
 
 
 async def _turn(sessions: Any, conversation_id: uuid.UUID, question: str) -> tuple[Any, Any]:
-    q, r = await reply_rows.add_turn(sessions, conversation_id, question, "m")
+    q, r = await add_turn(sessions, conversation_id, question, "m")
     await finish_reply(sessions, r.id, "completed", text="answer")
     return q, r

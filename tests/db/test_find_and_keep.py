@@ -24,7 +24,7 @@ from app.domain.chat.archive_schemas import ConversationExport
 from app.domain.chat.models import Conversation, Rating
 from app.domain.chat.replies import NotFoundError
 from app.streaming.events import Status
-from tests.db.chat_rows import Sessions, finish_reply
+from tests.db.chat_rows import Sessions, add_turn, finish_reply
 from tests.db.test_db_migrations import _inspect
 
 MakeUser = Callable[..., Awaitable[User]]
@@ -33,7 +33,7 @@ MakeUser = Callable[..., Awaitable[User]]
 async def _turn(
     sessions: Sessions, conversation: Conversation, question: str, answer: str, **fields: object
 ) -> tuple[str, str]:
-    asked, reply = await reply_rows.add_turn(sessions, conversation.id, question, "m")
+    asked, reply = await add_turn(sessions, conversation.id, question, "m")
     await finish_reply(
         sessions, reply.id, fields.pop("status", Status.COMPLETED), text=answer, **fields
     )

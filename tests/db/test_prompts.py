@@ -16,19 +16,19 @@ from app.domain.chat.models import Conversation, Message
 from app.domain.chat.settings_schemas import ChatSettings
 from app.domain.errors import NotLoggedInError
 from app.streaming.events import Status
-from tests.db.chat_rows import Sessions, finish_reply, message_count, reload
+from tests.db.chat_rows import Sessions, add_turn, finish_reply, message_count, reload
 
 
 async def test_conversation_history_for_the_prompt(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    _, r1 = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
+    _, r1 = await add_turn(db_sessions, conversation.id, "first", "m")
     await finish_reply(db_sessions, r1.id, "completed", text="answer one")
-    _, r2 = await reply_rows.add_turn(db_sessions, conversation.id, "second", "m")
+    _, r2 = await add_turn(db_sessions, conversation.id, "second", "m")
     await finish_reply(db_sessions, r2.id, "cancelled", text="cut sh")
-    _, r3 = await reply_rows.add_turn(db_sessions, conversation.id, "third", "m")
+    _, r3 = await add_turn(db_sessions, conversation.id, "third", "m")
     await finish_reply(db_sessions, r3.id, "failed", error="boom")  # no text: left out
-    await reply_rows.add_turn(db_sessions, conversation.id, "fourth", "m")  # still streaming
+    await add_turn(db_sessions, conversation.id, "fourth", "m")  # still streaming
 
     assert await prompts.conversation_history(db_sessions, conversation.id) == [
         {"role": "user", "content": "first"},
@@ -45,9 +45,9 @@ async def test_regenerating_the_latest_reply(
 ) -> None:
     """The prompt is the branch up to the question; the new reply is a version next to the old
     one and is shown from now on; the chat and later prompts see it, not the old one."""
-    _, r1 = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
+    _, r1 = await add_turn(db_sessions, conversation.id, "first", "m")
     await finish_reply(db_sessions, r1.id, "completed", text="answer one")
-    q2, r2 = await reply_rows.add_turn(db_sessions, conversation.id, "second", "m")
+    q2, r2 = await add_turn(db_sessions, conversation.id, "second", "m")
     await finish_reply(db_sessions, r2.id, "completed", text="answer two")
     r2 = await reload(db_sessions, r2.id)
 
@@ -78,9 +78,9 @@ async def test_regenerating_the_latest_reply(
 async def test_only_the_latest_finished_reply_can_be_regenerated(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    _, r1 = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
+    _, r1 = await add_turn(db_sessions, conversation.id, "first", "m")
     await finish_reply(db_sessions, r1.id, "completed", text="one")
-    _, r2 = await reply_rows.add_turn(db_sessions, conversation.id, "second", "m")  # streaming
+    _, r2 = await add_turn(db_sessions, conversation.id, "second", "m")  # streaming
     r1 = await reload(db_sessions, r1.id)
     with pytest.raises(reply_rows.NotRegenerableError, match="streaming"):
         await prompts.regeneration_prompt(db_sessions, r2)
@@ -99,7 +99,7 @@ async def test_a_racing_delete_is_the_conversation_not_found(
     """A regenerate or an edit that read its message before a delete finds the conversation gone,
     whichever half of the delete it sees: the conversation row gone, or (SQLite's reads outside a
     write are separate snapshots) the conversation still there and its messages gone."""
-    question, reply = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
+    question, reply = await add_turn(db_sessions, conversation.id, "first", "m")
     await finish_reply(db_sessions, reply.id, "completed", text="one")
     reply = await reload(db_sessions, reply.id)
     async with db_sessions() as session, session.begin():  # the delete's first half, as seen
@@ -123,9 +123,9 @@ async def test_next_turn_reads_what_a_send_builds_on_in_one_query(
 ) -> None:
     """The branch shown, the conversation's settings and the parent of the next question: the
     same as the separate reads give, from one statement."""
-    _, r1 = await reply_rows.add_turn(db_sessions, conversation.id, "first", "m")
+    _, r1 = await add_turn(db_sessions, conversation.id, "first", "m")
     await finish_reply(db_sessions, r1.id, "completed", text="answer one")
-    q2, r2 = await reply_rows.add_turn(db_sessions, conversation.id, "second", "m")
+    q2, r2 = await add_turn(db_sessions, conversation.id, "second", "m")
     await finish_reply(db_sessions, r2.id, "completed", text="answer two")
     other = await branches.add_sibling_reply(db_sessions, r2, "m")  # now shown: r2 is hidden
     await finish_reply(db_sessions, other.id, "completed", text="answer two, again")

@@ -16,10 +16,18 @@ from app.db.session import transaction
 from app.domain.accounts.models import User
 from app.domain.chat import conversations, reply_rows
 from app.domain.chat.models import Conversation, Message, MessageRole
-from app.domain.chat.recorder import DatabaseRecorder
 from app.streaming.events import Status
-from app.streaming.manager import Progress
-from tests.db.chat_rows import Sessions, finish_reply, flush, message_count, outcome, reload
+from app.streaming.ledger import Progress
+from tests.db.chat_rows import (
+    Sessions,
+    add_turn,
+    finish_reply,
+    flush,
+    ledger,
+    message_count,
+    outcome,
+    reload,
+)
 
 FINAL_STATUSES = [status for status in Status if status.is_final]
 
@@ -32,7 +40,7 @@ def test_every_status_but_streaming_is_final() -> None:
 async def test_add_turn_creates_the_question_and_a_streaming_reply(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    user_message, reply = await reply_rows.add_turn(
+    user_message, reply = await add_turn(
         db_sessions, conversation.id, "What is 2+2?", "smollm2", engine_request_id="req-1"
     )
     stored_user = await reload(db_sessions, user_message.id)
@@ -63,12 +71,31 @@ async def test_add_turn_names_an_untitled_conversation_once(
     await conversations.rename_conversation(
         db_sessions, owner, conversation.id, conversations.DEFAULT_TITLE
     )
-    await reply_rows.add_turn(
-        db_sessions, conversation.id, "q", "m", title_if_untitled="First  question"
-    )
-    await reply_rows.add_turn(db_sessions, conversation.id, "q", "m", title_if_untitled="Second")
+    await add_turn(db_sessions, conversation.id, "q", "m", title_if_untitled="First  question")
+    await add_turn(db_sessions, conversation.id, "q", "m", title_if_untitled="Second")
     named = await conversations.get_conversation(db_sessions, owner, conversation.id)
     assert named is not None and named.title == "First question"
+
+
+async def test_write_turn_tells_the_title_it_named_the_chat_with(
+    db_sessions: Sessions, conversation: Conversation
+) -> None:
+    """What the send publishes as the chat's rename: the distinct title, once."""
+    owner = conversation.user_id
+    for title in (conversations.DEFAULT_TITLE, "First question"):  # one chat has the name taken
+        taken = await conversations.create_conversation(db_sessions, owner, title)
+    await conversations.rename_conversation(
+        db_sessions, owner, conversation.id, conversations.DEFAULT_TITLE
+    )
+    named = []
+    for content in ("First  question", "Second"):
+        async with transaction(db_sessions) as session:
+            turn = await reply_rows.write_turn(
+                session, conversation.id, content, "m", parent_id=None, title_if_untitled=content
+            )
+        named.append(turn.title)
+    assert named == ["First question (2)", None]
+    assert taken.title == "First question"
 
 
 async def test_add_turn_is_one_transaction(
@@ -84,7 +111,7 @@ async def test_add_turn_is_one_transaction(
     event.listen(db_engine.sync_engine, "after_cursor_execute", fail_after_message_insert)
     try:
         with pytest.raises(RuntimeError, match="simulated crash"):
-            await reply_rows.add_turn(db_sessions, conversation.id, "hello?", "m")
+            await add_turn(db_sessions, conversation.id, "hello?", "m")
     finally:
         event.remove(db_engine.sync_engine, "after_cursor_execute", fail_after_message_insert)
 
@@ -97,7 +124,7 @@ async def test_add_turn_is_one_transaction(
 
 async def test_add_turn_to_a_missing_conversation(db_sessions: Sessions, owner: User) -> None:
     with pytest.raises(conversations.ConversationNotFoundError):
-        await reply_rows.add_turn(db_sessions, uuid.uuid4(), "hi", "m")
+        await add_turn(db_sessions, uuid.uuid4(), "hi", "m")
     assert await message_count(db_sessions) == 0
 
 
@@ -106,7 +133,7 @@ async def test_write_turn_with_a_known_parent_is_three_statements(
 ) -> None:
     """A send's writes: the conversation's UPDATE (bump and leaf), both rows in one INSERT, and
     nothing read back; the question follows the parent given, None meaning a first question."""
-    first_q, first_r = await reply_rows.add_turn(db_sessions, conversation.id, "one", "m")
+    first_q, first_r = await add_turn(db_sessions, conversation.id, "one", "m")
     statements: list[str] = []
 
     def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
@@ -115,7 +142,7 @@ async def test_write_turn_with_a_known_parent_is_three_statements(
     event.listen(db_engine.sync_engine, "before_cursor_execute", count)
     try:
         async with transaction(db_sessions) as session:
-            root_q, root_r = await reply_rows.write_turn(
+            root_q, root_r, _ = await reply_rows.write_turn(
                 session, conversation.id, "one, again", "m", parent_id=None
             )
     finally:
@@ -153,7 +180,7 @@ async def test_write_api_call_makes_its_conversation_and_turn_at_once(
 
 
 async def test_progress_then_final(db_sessions: Sessions, conversation: Conversation) -> None:
-    _, reply = await reply_rows.add_turn(
+    _, reply = await add_turn(
         db_sessions, conversation.id, "Tell me a story", "m", engine_request_id="req-9"
     )
     t0 = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -200,7 +227,7 @@ async def test_the_row_keeps_the_outcome_as_it_is(
 ) -> None:
     """Every field of the streaming core's Outcome is written and read back unchanged: the row is
     the reply's one record (a field missed on either side shows here)."""
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "Go", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "Go", "m")
     t0 = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC).timestamp()
     ended = outcome(
         reply.id,
@@ -221,7 +248,7 @@ async def test_the_row_keeps_the_outcome_as_it_is(
     )
     assert None not in dataclasses.astuple(ended)  # every field says something
 
-    await DatabaseRecorder(db_sessions).save_finals([ended])
+    await ledger(db_sessions).save_finals([ended])
     assert reply_rows.stored_outcome(await reload(db_sessions, reply.id)) == ended
 
 
@@ -230,7 +257,7 @@ async def test_a_row_without_its_end_reads_as_an_empty_outcome(
 ) -> None:
     """A reply the server never finished (here: marked interrupted at startup) has no counts or
     times: they read as zero, so its final event adds up (total 0 ms)."""
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "Go", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "Go", "m")
     await flush(db_sessions, reply.id, "half", 2)
     await reply_rows.mark_interrupted_at_startup(db_sessions)
     stored = reply_rows.stored_outcome(await reload(db_sessions, reply.id))
@@ -239,19 +266,19 @@ async def test_a_row_without_its_end_reads_as_an_empty_outcome(
     assert stored.first_token_at is None and stored.ttft_ms is None
 
 
-async def test_the_recorder_saves_several_ends_all_or_none(
+async def test_the_ledger_saves_several_ends_all_or_none(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    _, first = await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
-    _, second = await reply_rows.add_turn(db_sessions, conversation.id, "b", "m")
-    recorder = DatabaseRecorder(db_sessions)
+    _, first = await add_turn(db_sessions, conversation.id, "a", "m")
+    _, second = await add_turn(db_sessions, conversation.id, "b", "m")
+    saving = ledger(db_sessions)
     with pytest.raises(ValueError, match="not a final status"):
-        await recorder.save_finals(
+        await saving.save_finals(
             [outcome(first.id, Status.COMPLETED, text="one"), outcome(second.id, Status.STREAMING)]
         )
     assert (await reload(db_sessions, first.id)).status is Status.STREAMING
 
-    await recorder.save_finals(
+    await saving.save_finals(
         [outcome(first.id, Status.COMPLETED, text="one"), outcome(second.id, Status.LENGTH)]
     )
     assert (await reload(db_sessions, first.id)).content == "one"
@@ -261,7 +288,7 @@ async def test_the_recorder_saves_several_ends_all_or_none(
 async def test_final_status_is_never_overwritten(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "Go", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "Go", "m")
     await flush(db_sessions, reply.id, "partial", 7)
     assert await finish_reply(
         db_sessions,
@@ -287,7 +314,7 @@ async def test_final_status_is_never_overwritten(
 async def test_concurrent_finishes_have_one_winner(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "Go", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "Go", "m")
     statuses = [Status.COMPLETED, Status.CANCELLED, Status.DISCONNECTED] * 3
     results = await asyncio.gather(
         *(finish_reply(db_sessions, reply.id, s, text=str(s)) for s in statuses)
@@ -301,7 +328,7 @@ async def test_concurrent_finishes_have_one_winner(
 async def test_finish_does_not_touch_user_messages(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    question, _ = await reply_rows.add_turn(db_sessions, conversation.id, "Q", "m")
+    question, _ = await add_turn(db_sessions, conversation.id, "Q", "m")
     assert not await finish_reply(db_sessions, question.id, "failed", error="x")
     assert (await reload(db_sessions, question.id)).status is Status.COMPLETED
 
@@ -309,7 +336,7 @@ async def test_finish_does_not_touch_user_messages(
 async def test_failed_reply_keeps_its_error(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "Q", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "Q", "m")
     assert await finish_reply(
         db_sessions, reply.id, "failed", finish_reason="error", error="engine crashed"
     )
@@ -320,10 +347,10 @@ async def test_failed_reply_keeps_its_error(
 async def test_mark_interrupted_at_startup(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    _, left_streaming = await reply_rows.add_turn(db_sessions, conversation.id, "one", "m")
+    _, left_streaming = await add_turn(db_sessions, conversation.id, "one", "m")
     await flush(db_sessions, left_streaming.id, "half a repl", 4)
-    _, also_streaming = await reply_rows.add_turn(db_sessions, conversation.id, "two", "m")
-    _, finished = await reply_rows.add_turn(db_sessions, conversation.id, "three", "m")
+    _, also_streaming = await add_turn(db_sessions, conversation.id, "two", "m")
+    _, finished = await add_turn(db_sessions, conversation.id, "three", "m")
     await finish_reply(db_sessions, finished.id, "length", text="full")
 
     assert await reply_rows.mark_interrupted_at_startup(db_sessions) == 2
@@ -341,10 +368,7 @@ async def test_many_replies_flushing_at_once(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
     """What the streaming core does every second: concurrent flushes must not hit 'locked'."""
-    replies = [
-        (await reply_rows.add_turn(db_sessions, conversation.id, f"q{i}", "m"))[1]
-        for i in range(12)
-    ]
+    replies = [(await add_turn(db_sessions, conversation.id, f"q{i}", "m"))[1] for i in range(12)]
 
     async def stream(reply: Message) -> None:
         for n in range(1, 6):
@@ -362,12 +386,12 @@ async def test_many_replies_flushing_at_once(
 async def test_progress_updates_batch_in_one_transaction(
     db_sessions: Sessions, conversation: Conversation
 ) -> None:
-    """The recorder flushes every running reply at once; a finished one is left alone."""
-    _, running = await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
-    _, finished = await reply_rows.add_turn(db_sessions, conversation.id, "b", "m")
+    """The ledger flushes every running reply at once; a finished one is left alone."""
+    _, running = await add_turn(db_sessions, conversation.id, "a", "m")
+    _, finished = await add_turn(db_sessions, conversation.id, "b", "m")
     await finish_reply(db_sessions, finished.id, "completed", text="final")
 
-    await DatabaseRecorder(db_sessions).save_progress(
+    await ledger(db_sessions).save_progress(
         [Progress(str(running.id), "partial", 3), Progress(str(finished.id), "stale", 9)]
     )
     flushed = await reload(db_sessions, running.id)
@@ -380,7 +404,7 @@ async def test_progress_updates_batch_in_one_transaction(
 
 
 async def test_get_message_unscoped(db_sessions: Sessions, conversation: Conversation) -> None:
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "a", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "a", "m")
     found = await reply_rows.get_message_unscoped(db_sessions, reply.id)
     assert found is not None and found.id == reply.id
     assert await reply_rows.get_message_unscoped(db_sessions, uuid.uuid4()) is None

@@ -75,6 +75,20 @@ test("a reply this page streams itself, or in a conversation not on screen, is n
   assert.equal(sync.isLive("c2"), true);
 });
 
+test("a new chat is named by its rename event, not by refetching on a guess", () => {
+  const { list, sync } = setup({ items: [{ id: "c1", title: "New chat" }] });
+  let refetched = 0;
+  sync.refetch = () => refetched++;
+  // A reply in a chat still untitled: had its first message named it, the rename came first.
+  sync.handle({ event: "reply_started", conversation_id: "c1", message_id: "m1" });
+  assert.equal(refetched, 0);
+  assert.deepEqual(list.calls.slice(0, 2), [["touch", "c1"], ["markStreaming"]]);
+  sync.handle({ event: "conversation_renamed", conversation_id: "c1", title: "Dragons" });
+  assert.equal(list.find("c1").title, "Dragons");
+  sync.handle({ event: "reply_started", conversation_id: "c9", message_id: "m9" }); // not listed
+  assert.equal(refetched, 1);
+});
+
 test("created once, renamed, deleted; unknown events are ignored", () => {
   const { list, sync, gone } = setup({ items: [{ id: "c1", title: "Dragons" }], currentId: "c1" });
   const created = { event: "conversation_created", conversation_id: "c2", title: "New chat" };

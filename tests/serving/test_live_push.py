@@ -231,6 +231,41 @@ def test_two_pages_of_one_user_hear_each_other_and_another_user_hears_nothing(
         assert bob_ws.events_within(0.1) == [] and bob_sse.events_within(0.1) == []
 
 
+def test_a_chat_named_by_its_first_message_and_an_imported_one_are_heard(
+    server: LiveServer, alice: PageClient
+) -> None:
+    """Published by the services, not the routes: the rename a first message makes goes out
+    before its reply starts (a page then needs no refetch for the title), and an import is a
+    created conversation like any other."""
+    with sse_channel(server, alice) as tab:
+        conversation = alice.new_conversation()
+        assert tab.next_event()["event"] == "conversation_created"
+        with alice.send(conversation, "Plans for the weekend [[synthetic:tokens=3]]") as sent:
+            stream = read_stream(SseReader(sent))
+        assert stream.end is not None
+        renamed = {"event": "conversation_renamed", "conversation_id": conversation}
+        renamed["title"] = "Plans for the weekend [[synthetic:tokens=3]]"
+        assert tab.next_event() == renamed
+        started = tab.next_event()
+        assert started["event"] == "reply_started" and started["message_id"] == stream.message_id
+        assert tab.next_event()["event"] == "reply_ended"
+        with alice.send(conversation, "And the next one? [[synthetic:tokens=3]]") as sent:
+            read_stream(SseReader(sent))
+        assert [e["event"] for e in tab.events_within(0.5)] == ["reply_started", "reply_ended"]
+
+        exported = alice.http.get(f"/api/conversations/{conversation}/export?format=json")
+        imported = alice.post(
+            "/api/conversations/import",
+            content=exported.content,
+            json_body=None,
+            headers={"content-type": "application/json"},
+        )
+        assert imported.status_code == 201, imported.text
+        created = {"event": "conversation_created", "conversation_id": imported.json()["id"]}
+        created["title"] = imported.json()["title"]
+        assert tab.next_event() == created
+
+
 def test_a_reply_sent_over_sse_is_followed_and_stopped_on_another_pages_socket(
     server: LiveServer, alice: PageClient, bob: PageClient
 ) -> None:
@@ -240,6 +275,7 @@ def test_a_reply_sent_over_sse_is_followed_and_stopped_on_another_pages_socket(
     with ws_channel(server, alice) as tab1, ws_channel(server, bob) as bob_ws:
         with alice.send(conversation, LONG, max_tokens=2000) as response:
             reader = SseReader(response)
+            assert tab1.next_event()["event"] == "conversation_renamed"  # its first message
             started = tab1.next_event()
             assert started["event"] == "reply_started"
             message_id = started["message_id"]

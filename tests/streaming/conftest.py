@@ -8,7 +8,7 @@ import pytest
 
 from app.engine.synthetic.engine import SyntheticEngine
 from app.streaming.manager import GenerationManager
-from tests.streaming.core import MemoryRecorder, engine_settings
+from tests.streaming.core import MemoryLedger, engine_settings
 
 
 @pytest.fixture
@@ -22,27 +22,27 @@ async def engine() -> AsyncIterator[SyntheticEngine]:
 
 
 @pytest.fixture
-def recorder() -> MemoryRecorder:
-    return MemoryRecorder()
+def ledger() -> MemoryLedger:
+    return MemoryLedger()
 
 
 @pytest.fixture
 async def make_manager(
-    engine: SyntheticEngine, recorder: MemoryRecorder
+    engine: SyntheticEngine, ledger: MemoryLedger
 ) -> AsyncIterator[Callable[..., Awaitable[GenerationManager]]]:
-    """A started manager over the engine and recorder; background duties off unless asked for."""
+    """A started manager over the engine and ledger; background duties off unless asked for."""
     made: list[GenerationManager] = []
 
     async def make(**settings: float) -> GenerationManager:
         settings.setdefault("flush_interval_s", 3600.0)
         settings.setdefault("client_deadline_s", 3600.0)
-        mgr = GenerationManager(engine, recorder, **settings)
+        mgr = GenerationManager(engine, ledger, **settings)
         await mgr.start()
         made.append(mgr)
         return mgr
 
     yield make
-    recorder.gate.set()  # a test that stalled the database lets the shutdown save
+    ledger.gate.set()  # a test that stalled the database lets the shutdown save
     for mgr in made:
         await mgr.shutdown(timeout_s=5)
 

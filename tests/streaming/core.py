@@ -1,12 +1,11 @@
-"""In-process helpers for the streaming core: the synthetic engine and an in-memory recorder.
+"""In-process helpers for the streaming core: the synthetic engine and an in-memory ledger.
 
 Nothing here is a mock of the streaming core: the Generation, Subscriber, GenerationManager and
 FinalSaver under test are the real ones, driven by the real synthetic engine (app/engine/synthetic/engine.py,
-the engine contract without a model). Only persistence is replaced, by `MemoryRecorder`, a faithful
-implementation of the `Recorder` protocol (app/streaming/manager.py) that can be told to stall or
-to refuse a save, so that the final-after-save rules can be pinned down without a database; and by
-`MemoryStore`, the `ReplyStore` protocol (app/streaming/store.py) as another replica's writes
-would leave it, one stored version per read.
+the engine contract without a model). Only persistence is replaced, by `MemoryLedger`, a faithful
+implementation of the `ReplyLedger` port (app/streaming/ledger.py) that can be told to stall or
+to refuse a save, so that the final-after-save rules can be pinned down without a database, and
+that answers reads as another replica's writes would leave a row, one stored version per read.
 """
 
 from __future__ import annotations
@@ -20,23 +19,29 @@ from app.engine.base import SamplingParams
 from app.settings import EngineSettings
 from app.streaming.events import Delta, Final, Start, Status, StreamEvent
 from app.streaming.generation import Generation, Outcome
-from app.streaming.manager import GenerationManager, Progress
-from app.streaming.store import Action
+from app.streaming.ledger import Action, Progress
+from app.streaming.manager import GenerationManager, ReplyRequest, ReplyRows
 from app.streaming.subscriber import Subscriber
 
 _ids = itertools.count()
 
 
 @dataclass
-class MemoryRecorder:
-    """The Recorder protocol in memory: what was saved, in what order, with faults on demand.
+class MemoryLedger:
+    """The ReplyLedger port (app/streaming/ledger.py) in memory: what was saved, in what order,
+    with faults on demand; and what another replica's writes would leave, scripted.
 
     - `gate`: while cleared, `save_finals` waits (a stalled database); set by default.
     - `fail_next`: that many `save_finals` calls raise before anything is saved;
       `fail_progress_next`: the same for `save_progress`.
     - `refuse`: message ids whose final write always raises (a row the database refuses);
       a batch containing one fails as a whole, as a transaction does.
-    - `log`: ("progress" | "finals", ids) in call order, for ordering assertions.
+    - `log`: ("progress" | "finals", ids), ("load", id, nth load) and ("publish", id, action,
+      loads so far), in call order: a test can say when (in polls) something was published
+      without reading a clock.
+    - `versions`: each `load` of a reply returns the next of them (the last one again once they
+      run out; None = deleted), as successive reads of a row another replica keeps writing would.
+    - `interrupted`: what `close_interrupted` reports (rows a dead process left streaming).
     """
 
     progress: list[list[Progress]] = field(default_factory=list)
@@ -47,7 +52,10 @@ class MemoryRecorder:
     fail_progress_next: int = 0
     refuse: set[str] = field(default_factory=set)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
-    log: list[tuple[str, list[str]]] = field(default_factory=list)
+    log: list[tuple] = field(default_factory=list)
+    versions: dict[str, list[Outcome | None]] = field(default_factory=dict)
+    loads: int = 0
+    interrupted: int = 0
 
     def __post_init__(self) -> None:
         self.gate.set()
@@ -71,6 +79,23 @@ class MemoryRecorder:
         self.final_batches.append(ids)
         self.finals.update((o.message_id, o) for o in outcomes)
         self.log.append(("finals", ids))
+
+    async def load(self, message_id: str) -> Outcome | None:
+        self.loads += 1
+        self.log.append(("load", message_id, self.loads))
+        versions = self.versions.get(message_id, [None])
+        return versions.pop(0) if len(versions) > 1 else versions[0]
+
+    async def publish(self, message_id: str, action: Action) -> None:
+        self.log.append(("publish", message_id, str(action), self.loads))
+
+    async def close_interrupted(self) -> int:
+        closed, self.interrupted = self.interrupted, 0
+        return closed
+
+    def published(self) -> list[tuple[str, int]]:
+        """(action, loads before it) of every publish."""
+        return [(entry[2], entry[3]) for entry in self.log if entry[0] == "publish"]
 
 
 def stored(
@@ -97,34 +122,6 @@ def stored(
     )
 
 
-@dataclass
-class MemoryStore:
-    """The ReplyStore protocol in memory, scripted: each `load` of a reply returns the next of
-    its `versions` (the last one again once they run out; None = deleted), as successive reads of
-    a row another replica keeps writing would.
-
-    `log`: ("load", id, nth load) and ("publish", id, action, loads so far) in call order, so a
-    test can say when (in polls) something was published without reading a clock.
-    """
-
-    versions: dict[str, list[Outcome | None]] = field(default_factory=dict)
-    loads: int = 0
-    log: list[tuple] = field(default_factory=list)
-
-    async def load(self, message_id: str) -> Outcome | None:
-        self.loads += 1
-        self.log.append(("load", message_id, self.loads))
-        versions = self.versions.get(message_id, [None])
-        return versions.pop(0) if len(versions) > 1 else versions[0]
-
-    async def publish(self, message_id: str, action: Action) -> None:
-        self.log.append(("publish", message_id, str(action), self.loads))
-
-    def published(self) -> list[tuple[str, int]]:
-        """(action, loads before it) of every publish."""
-        return [(entry[2], entry[3]) for entry in self.log if entry[0] == "publish"]
-
-
 def engine_settings(**overrides: float) -> EngineSettings:
     """Short synthetic steps: a reply of a few hundred tokens streams in well under a second."""
     values: dict = dict(
@@ -141,7 +138,7 @@ def engine_settings(**overrides: float) -> EngineSettings:
     return EngineSettings(**values)
 
 
-def start_reply(
+async def start_reply(
     manager: GenerationManager,
     *,
     tokens: int = 40,
@@ -149,26 +146,23 @@ def start_reply(
     final_wait_s: float | None = None,
     prompt: str = "hello",
 ) -> Generation:
-    """One reply of exactly `tokens` synthetic tokens, pumped by the manager."""
+    """One reply of exactly `tokens` synthetic tokens, started and pumped by the manager."""
     n = next(_ids)
-    message_id = f"msg-{n}"
-    stream = manager.open_stream(
-        message_id,
-        [{"role": "user", "content": f"{prompt} {n} [[synthetic:tokens={tokens}]]"}],
-        SamplingParams(max_tokens=tokens + 10, temperature=0.0),
-    )
-    generation = Generation(
-        message_id=message_id,
-        request_id=message_id,
-        conversation_id=f"conv-{n}",
+
+    async def persist(request_id: str) -> ReplyRows:
+        return ReplyRows(f"msg-{n}", f"conv-{n}", f"question-{n}")
+
+    request = ReplyRequest(
+        messages=[{"role": "user", "content": f"{prompt} {n} [[synthetic:tokens={tokens}]]"}],
+        params=SamplingParams(max_tokens=tokens + 10, temperature=0.0),
         user_id="user-1",
-        user_message_id=f"question-{n}",
         source="page",
-        model=manager.engine.model_name,
         grace_s=grace_s,
-        final_wait_s=manager.final_wait_s if final_wait_s is None else final_wait_s,
     )
-    return manager.run(generation, stream)
+    generation = await manager.start_reply(request, persist)
+    if final_wait_s is not None:  # before its pump, which has not run yet, reads it
+        generation.final_wait_s = final_wait_s
+    return generation
 
 
 async def ended(generation: Generation) -> Outcome:

@@ -1,6 +1,6 @@
-"""The flusher: partial text of running replies reaches the recorder in one batch per tick.
+"""The flusher: partial text of running replies reaches the ledger in one batch per tick.
 
-In process, with the synthetic engine and the in-memory recorder (tests/streaming/core.py).
+In process, with the synthetic engine and the in-memory ledger (tests/streaming/core.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from app.streaming.events import CancelCause
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
-from tests.streaming.core import MemoryRecorder, ended, start_reply
+from tests.streaming.core import MemoryLedger, ended, start_reply
 
 LONG = 100_000
 
@@ -23,13 +23,13 @@ async def _some_text(*generations: Generation) -> None:
 
 
 async def test_one_flush_saves_every_running_reply_in_one_batch(
-    manager: GenerationManager, recorder: MemoryRecorder
+    manager: GenerationManager, ledger: MemoryLedger
 ) -> None:
-    running = [start_reply(manager, tokens=LONG) for _ in range(3)]
+    running = [await start_reply(manager, tokens=LONG) for _ in range(3)]
     await _some_text(*running)
     await manager.flush()
-    assert len(recorder.progress) == 1
-    batch = {p.message_id: p for p in recorder.progress[0]}
+    assert len(ledger.progress) == 1
+    batch = {p.message_id: p for p in ledger.progress[0]}
     assert set(batch) == {g.message_id for g in running}
     for generation in running:
         saved = batch[generation.message_id]
@@ -40,30 +40,30 @@ async def test_one_flush_saves_every_running_reply_in_one_batch(
 
 
 async def test_a_flush_skips_replies_that_did_not_grow_or_have_ended(
-    manager: GenerationManager, recorder: MemoryRecorder
+    manager: GenerationManager, ledger: MemoryLedger
 ) -> None:
-    recorder.gate.clear()  # the ended reply stays registered, unsaved, while this runs
-    done = start_reply(manager, tokens=5)
+    ledger.gate.clear()  # the ended reply stays registered, unsaved, while this runs
+    done = await start_reply(manager, tokens=5)
     await ended(done)
     await manager.flush()
-    assert recorder.progress == [], "an ended reply's text goes with its final write"
-    running = start_reply(manager, tokens=LONG)
+    assert ledger.progress == [], "an ended reply's text goes with its final write"
+    running = await start_reply(manager, tokens=LONG)
     await _some_text(running)
     await manager.flush()
-    assert [p.message_id for p in recorder.progress[-1]] == [running.message_id]
+    assert [p.message_id for p in ledger.progress[-1]] == [running.message_id]
     running.cancel(CancelCause.USER)
     await ended(running)
     await manager.flush()
-    assert len(recorder.progress) == 1, "nothing grew, or it ended: no write"
+    assert len(ledger.progress) == 1, "nothing grew, or it ended: no write"
 
 
 async def test_the_flusher_runs_on_its_own_and_survives_a_failed_batch(
-    make_manager: Callable[..., Awaitable[GenerationManager]], recorder: MemoryRecorder
+    make_manager: Callable[..., Awaitable[GenerationManager]], ledger: MemoryLedger
 ) -> None:
-    recorder.fail_progress_next = 1
+    ledger.fail_progress_next = 1
     manager = await make_manager(flush_interval_s=0.01)
-    running = start_reply(manager, tokens=LONG)
-    while not recorder.progress:  # noqa: ASYNC110 -- the tick after the failed one saves
+    running = await start_reply(manager, tokens=LONG)
+    while not ledger.progress:  # noqa: ASYNC110 -- the tick after the failed one saves
         await asyncio.sleep(0.005)
-    assert recorder.fail_progress_next == 0, "the first tick failed"
-    assert recorder.progress[0][0].message_id == running.message_id
+    assert ledger.fail_progress_next == 0, "the first tick failed"
+    assert ledger.progress[0][0].message_id == running.message_id

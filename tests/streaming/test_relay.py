@@ -11,7 +11,7 @@ import pytest
 from app.streaming import relay
 from app.streaming.events import CancelCause, Status
 from app.streaming.manager import GenerationManager
-from app.streaming.subscriber import follow_live
+from app.streaming.subscriber import live_events
 from tests.streaming.core import ended, start_reply
 
 LONG = 5000  # tokens: several seconds of synthetic steps, far longer than any test here waits
@@ -30,7 +30,7 @@ LONG = 5000  # tokens: several seconds of synthetic steps, far longer than any t
 async def test_a_relayed_cancel_stops_the_reply_here_with_its_cause(
     manager: GenerationManager, action: str, status: Status
 ) -> None:
-    generation = start_reply(manager, tokens=LONG)
+    generation = await start_reply(manager, tokens=LONG)
     relay.receive(manager, generation.message_id, action)
     outcome = await ended(generation)
     assert generation.cancel_cause is CancelCause(action)
@@ -42,8 +42,8 @@ async def test_a_relayed_attach_restarts_the_grace_of_a_reply_whose_client_left(
     manager: GenerationManager,
 ) -> None:
     grace_s = 0.5
-    generation = start_reply(manager, tokens=LONG, grace_s=grace_s)
-    events = follow_live(generation, transport="sse", after=0, keepalive_s=1)
+    generation = await start_reply(manager, tokens=LONG, grace_s=grace_s)
+    events = live_events(generation, transport="sse", after=0, keepalive_s=1)
     await anext(events)  # Start: subscribed
     loop = asyncio.get_running_loop()
     await events.aclose()  # the client left: the grace starts now
@@ -61,7 +61,7 @@ async def test_a_relayed_attach_restarts_the_grace_of_a_reply_whose_client_left(
 async def test_an_unknown_action_is_logged_and_ignored(
     manager: GenerationManager, caplog: pytest.LogCaptureFixture
 ) -> None:
-    generation = start_reply(manager, tokens=200)
+    generation = await start_reply(manager, tokens=200)
     with caplog.at_level(logging.WARNING, logger="app.streaming.relay"):
         relay.receive(manager, generation.message_id, "frobnicate")
     assert "unknown cause 'frobnicate'" in caplog.text
@@ -70,7 +70,7 @@ async def test_an_unknown_action_is_logged_and_ignored(
 
 
 async def test_actions_for_a_reply_not_live_here_change_nothing(manager: GenerationManager) -> None:
-    generation = start_reply(manager, tokens=200)
+    generation = await start_reply(manager, tokens=200)
     for action in ("user", "attach"):  # every replica hears every action: only one runs it
         relay.receive(manager, "running-elsewhere", action)
     assert (await ended(generation)).status is Status.COMPLETED

@@ -1,6 +1,6 @@
 """The subscriber mailbox: coalescing under a slow reader, cursors and resume offsets.
 
-In process, with the synthetic engine and the in-memory recorder (tests/streaming/core.py).
+In process, with the synthetic engine and the in-memory ledger (tests/streaming/core.py).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
 from app.streaming.events import CancelCause, Delta, Final, Start, Status, StreamEvent
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
-from app.streaming.subscriber import Subscriber, follow_live
+from app.streaming.subscriber import Subscriber, live_events
 from tests.streaming.core import ended, read_all, split, start_reply
 
 
 async def test_a_slow_subscriber_gets_one_coalesced_delta_and_never_holds_the_engine(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=120)
-    fast = manager.subscribe(generation, transport="sse")
-    slow = manager.subscribe(generation, transport="sse")
+    generation = await start_reply(manager, tokens=120)
+    fast = Subscriber(generation, transport="sse")
+    slow = Subscriber(generation, transport="sse")
     fast_events = asyncio.create_task(read_all(fast))
     # The slow one takes nothing until the reply has ended: the engine did not wait for it.
     outcome = await ended(generation)
@@ -46,12 +46,12 @@ async def test_a_slow_subscriber_gets_one_coalesced_delta_and_never_holds_the_en
 async def test_deltas_carry_their_end_offset_and_a_resume_gets_exactly_the_rest(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=80)
+    generation = await start_reply(manager, tokens=80)
     outcome = await ended(generation)
     text = outcome.text
     for after in (0, 1, len(text) // 3, len(text) - 1, len(text)):
         start, deltas, final = split(
-            await read_all(manager.subscribe(generation, transport="sse", after=after))
+            await read_all(Subscriber(generation, transport="sse", after=after))
         )
         assert start.id == after
         assert "".join(d.text for d in deltas) == text[after:]
@@ -63,12 +63,12 @@ async def test_deltas_carry_their_end_offset_and_a_resume_gets_exactly_the_rest(
 
 
 async def test_a_resume_offset_out_of_range_is_clamped(manager: GenerationManager) -> None:
-    generation = start_reply(manager, tokens=20)
+    generation = await start_reply(manager, tokens=20)
     outcome = await ended(generation)
-    beyond = manager.subscribe(generation, transport="sse", after=len(outcome.text) + 50)
+    beyond = Subscriber(generation, transport="sse", after=len(outcome.text) + 50)
     start, deltas, final = split(await read_all(beyond))
     assert start.id == len(outcome.text) and deltas == [] and final is not None
-    before = manager.subscribe(generation, transport="sse", after=-5)
+    before = Subscriber(generation, transport="sse", after=-5)
     start, deltas, _ = split(await read_all(before))
     assert start.id == 0 and "".join(d.text for d in deltas) == outcome.text
 
@@ -76,8 +76,8 @@ async def test_a_resume_offset_out_of_range_is_clamped(manager: GenerationManage
 async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=400, grace_s=60)  # the client may come back
-    first = manager.subscribe(generation, transport="sse")
+    generation = await start_reply(manager, tokens=400, grace_s=60)  # the client may come back
+    first = Subscriber(generation, transport="sse")
     events = first.events(0.01)
     received = ""
     async for event in events:  # read until some text has arrived, then drop the connection
@@ -89,9 +89,7 @@ async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
     first.close()
     offset = len(received)
     assert generation.outcome is None, "the reply must still be running for this test to mean much"
-    _, deltas, final = split(
-        await read_all(manager.subscribe(generation, transport="sse", after=offset))
-    )
+    _, deltas, final = split(await read_all(Subscriber(generation, transport="sse", after=offset)))
     assert received + "".join(d.text for d in deltas) == generation.text()
     assert final is not None and final.status is Status.COMPLETED
 
@@ -99,7 +97,7 @@ async def test_a_mid_stream_resume_joins_live_and_ends_with_the_whole_reply(
 async def test_text_since_and_parts_between_agree_with_the_engine_deltas(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=60)
+    generation = await start_reply(manager, tokens=60)
     text = (await ended(generation)).text
     parts = generation.parts_between(0, len(text))
     assert parts >= 2
@@ -108,11 +106,11 @@ async def test_text_since_and_parts_between_agree_with_the_engine_deltas(
     assert generation.parts_between(0, 1) == 1  # inside the first part
 
 
-async def test_follow_live_subscribes_when_first_read_and_lets_go_however_it_ends(
+async def test_live_events_subscribe_when_first_read_and_lets_go_however_it_ends(
     manager: GenerationManager,
 ) -> None:
-    generation = start_reply(manager, tokens=2000, grace_s=0.0)
-    events = follow_live(generation, transport="sse", after=0, keepalive_s=0.01)
+    generation = await start_reply(manager, tokens=2000, grace_s=0.0)
+    events = live_events(generation, transport="sse", after=0, keepalive_s=0.01)
     assert generation.subscribers == frozenset(), "a stream never read holds nothing"
     first = await anext(events)
     assert isinstance(first, Start) and first.message_id == generation.message_id

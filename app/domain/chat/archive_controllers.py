@@ -31,6 +31,7 @@ from app.domain.chat.archive_schemas import (
     SearchResult,
     SearchSnippet,
 )
+from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.models import ReplyRating
 from app.domain.chat.replies import NotFoundError
@@ -109,12 +110,15 @@ class ArchiveController(Controller):
         request_max_body_size=MAX_IMPORT_BYTES,  # 413 beyond (litestar/connection/request.py)
     )
     async def import_conversation(
-        self, request: Request, sessions: NamedDependency[Sessions], user: NamedDependency[User]
+        self,
+        request: Request,
+        conversation_service: NamedDependency[ConversationService],
+        user: NamedDependency[User],
     ) -> ConversationResponse:
         """A JSON export, read back strictly, as a new conversation of the user's."""
         conversation_export = importing.decode_export(await request.body())
-        conversation = await importing.import_conversation(sessions, user.id, conversation_export)
-        return ConversationResponse.of(conversation)
+        imported = await conversation_service.import_export(user.id, conversation_export)
+        return ConversationResponse.of(imported)
 
     @get("/{conversation_id:uuid}/ratings", raises=READ_ONE)
     async def ratings(

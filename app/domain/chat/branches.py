@@ -6,7 +6,7 @@ leaf, and the old versions stay, one click away (the page's "2/3" switcher). Swi
 current leaf to the newest end of the chosen version's branch; the next turn follows the branch
 shown.
 
-The writes start, like `add_turn`, with a conditional UPDATE of the conversation (which also moves
+The writes start, like `write_turn`, with a conditional UPDATE of the conversation (which also moves
 its leaf), never a read, so a racing DELETE either waits for them or wins outright
 (ConversationNotFoundError); see app/domain/chat/reply_rows.py.
 """

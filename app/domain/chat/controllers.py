@@ -30,12 +30,7 @@ from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.chat import branches, conversations, reply_rows
-from app.domain.chat.push_events import (
-    ConversationCreated,
-    ConversationDeleted,
-    ConversationRenamed,
-    UserPush,
-)
+from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService
 from app.domain.chat.reply_frames import page_sse
 from app.domain.chat.schemas import (
@@ -117,17 +112,12 @@ class ConversationController(Controller):
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
     async def create(
         self,
-        sessions: NamedDependency[Sessions],
+        conversation_service: NamedDependency[ConversationService],
         user: NamedDependency[User],
-        push: NamedDependency[UserPush],
         data: JSONBody[NewConversation | None] = None,
     ) -> ConversationResponse:
         title = data.title if data else None
-        created = ConversationResponse.of(
-            await conversations.create_conversation(sessions, user.id, title)
-        )
-        push.publish(user.id, ConversationCreated(created.id, created.title))
-        return created
+        return ConversationResponse.of(await conversation_service.create(user.id, title))
 
     @get("/{conversation_id:uuid}", raises=READ_ONE)
     async def read(
@@ -155,31 +145,22 @@ class ConversationController(Controller):
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(
         self,
-        sessions: NamedDependency[Sessions],
+        conversation_service: NamedDependency[ConversationService],
         user: NamedDependency[User],
-        push: NamedDependency[UserPush],
         conversation_id: FromPath[UUID],
         data: JSONBody[Rename],
     ) -> ConversationResponse:
-        renamed = await conversations.rename_conversation(
-            sessions, user.id, conversation_id, data.title
-        )
-        conversation = await conversations.get_conversation(sessions, user.id, conversation_id)
-        if not renamed or conversation is None:
-            raise conversations.ConversationNotFoundError(conversation_id)
-        push.publish(user.id, ConversationRenamed(str(conversation_id), conversation.title))
-        return ConversationResponse.of(conversation)
+        renamed = await conversation_service.rename(user.id, conversation_id, data.title)
+        return ConversationResponse.of(renamed)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(
         self,
-        replies: NamedDependency[ReplyService],
-        push: NamedDependency[UserPush],
+        conversation_service: NamedDependency[ConversationService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
     ) -> None:
-        await replies.delete_conversation(user.id, conversation_id)
-        push.publish(user.id, ConversationDeleted(str(conversation_id)))
+        await conversation_service.delete(user.id, conversation_id)
 
     @post(
         "/{conversation_id:uuid}/messages",

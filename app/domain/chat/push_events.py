@@ -69,7 +69,7 @@ PushEvent = (
 
 
 class UserPush:
-    """Publishes a user's events to that user's pages, and follows them for one page."""
+    """Publishes a user's events to that user's pages, and streams them to one page (`page_events`)."""
 
     def __init__(
         self,
@@ -124,7 +124,7 @@ class UserPush:
             if g.user_id == str(user_id) and g.source == "page" and g.outcome is None
         ]
 
-    async def follow(
+    async def page_events(
         self, user_id: UUID | str, keepalive_s: float
     ) -> AsyncGenerator[PushEvent | None, None]:
         """One page's events: a heartbeat (None) as soon as it is subscribed (the page then knows

@@ -45,7 +45,7 @@ async def user_events(
 ) -> Stream:
     """This user's events, for one page: replies started and ended on their other pages, and
     conversations created, renamed or deleted. Nothing of any other user's."""
-    events = push.follow(user.id, settings.keepalive_s)
+    events = push.page_events(user.id, settings.keepalive_s)
 
     async def body() -> AsyncIterator[bytes]:
         # The first keepalive says "subscribed". A client that goes away cancels the response:

@@ -1,9 +1,9 @@
 """Starting, finding and stopping replies: the glue between the chat rows and the streaming core.
 
-Order matters for "nothing half-written": the engine validates the prompt first (a prompt over the
-context is refused before any row exists), then the user message and the `streaming` assistant row
-are written in one transaction, and only then does the Generation start pumping. If the write
-fails, the engine request is aborted.
+Order matters for "nothing half-written", and the manager keeps it (`GenerationManager.start_reply`):
+the engine validates the prompt first (a prompt over the context is refused before any row
+exists), then the user message and the `streaming` assistant row are written in one transaction,
+and only then does the reply start pumping. If the write fails, the engine request is aborted.
 
 A send is one transaction from its first read to that write (`send`): one query reads the user,
 the conversation, its settings and the branch on screen, the engine checks the prompt, two
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -26,16 +25,15 @@ from app.db.session import Sessions, transaction
 from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
-from app.domain.chat.push_events import UserPush
+from app.domain.chat.push_events import ConversationRenamed, UserPush
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
 from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
-from app.engine.base import EngineError, EngineEvent, EngineUnavailableError, SamplingParams
+from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
-from app.streaming.follower import Follower
 from app.streaming.generation import Generation
-from app.streaming.manager import GenerationManager
-from app.streaming.store import ReplyStore
-from app.streaming.subscriber import follow_live
+from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
+from app.streaming.poller import ReplyPoller
+from app.streaming.subscriber import live_events
 
 
 class NotFoundError(DomainError, LookupError):
@@ -60,11 +58,11 @@ class TooManyRepliesError(DomainError):
 
 @dataclass(frozen=True, slots=True)
 class ReplyEvents:
-    """One client's view of a reply: its id, and its events from `ReplyService.follow` (None: idle,
+    """One client's view of a reply: its id, and its events from `ReplyService.reply_events` (None: idle,
     send a heartbeat), which the transport frames (app/domain/chat/reply_frames.py)."""
 
     message_id: str
-    events: AsyncGenerator[StreamEvent | None, None]  # what `follow`, a generator, returns
+    events: AsyncGenerator[StreamEvent | None, None]  # what `reply_events`, a generator, returns
 
 
 class ReplyService:
@@ -81,23 +79,21 @@ class ReplyService:
         keepalive_s: float,
         page_grace_s: float,
         api_grace_s: float,
-        store: ReplyStore,
         replica_id: str | None = None,
         max_replies_per_user: int = 0,
         push: UserPush | None = None,
     ) -> None:
-        """`store`: the replies as the database has them, for those not live here (the chat
-        rows and the cancel channel: app/domain/chat/reply_store.py).
-        `keepalive_s`: how long a followed reply may say nothing before a heartbeat.
+        """`keepalive_s`: how long a reply's stream may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit.
-        `push`: where the user's other pages hear of a page reply that starts (and ends)."""
+        `push`: where the user's pages hear of a page reply that starts (and ends), and of a
+        chat its first message names."""
         self.sessions = sessions
         self.manager = manager
         self.limits = limits
         self.keepalive_s = keepalive_s
         self.grace_by_source = {"page": page_grace_s, "api": api_grace_s}
-        self.elsewhere = Follower(store, grace_s=page_grace_s)
+        self.elsewhere = ReplyPoller(manager.ledger, grace_s=page_grace_s)
         self.replica_id = replica_id
         self.max_replies_per_user = max_replies_per_user
         self._starting: Counter[str] = Counter()  # replies past the check, not yet live
@@ -108,7 +104,7 @@ class ReplyService:
         """Hold one of the user's reply slots while a reply starts, or raise TooManyRepliesError.
 
         Checked and taken without an await in between, so concurrent sends cannot both slip in;
-        once the reply is live (`_run`) the manager counts it and the hold is let go."""
+        once the reply is live (`_launch`) the manager counts it and the hold is let go."""
         key = str(user_id)
         limit = self.max_replies_per_user
         if limit > 0:
@@ -142,15 +138,15 @@ class ReplyService:
         request too. On SQLite the read takes no lock: Python's sqlite3 opens a transaction only
         before the first INSERT/UPDATE/DELETE (its default "legacy transaction control", which
         SQLAlchemy keeps: sqlalchemy/dialects/sqlite/base.py, "Legacy Transaction Mode"), so the
-        write transaction starts with `write_turn`'s UPDATE, as `add_turn`'s always did."""
+        write transaction starts with `write_turn`'s UPDATE."""
         async with self.sessions(expire_on_commit=False) as session:
             turn = await prompts.next_turn(session, user_id, conversation_id)
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
 
-            async def write(request_id: str) -> tuple[Message, str, str]:
-                question, reply = await reply_rows.write_turn(
+            async def write(request_id: str) -> ReplyRows:
+                question, reply, title = await reply_rows.write_turn(
                     session,
                     conversation_id,
                     content,
@@ -161,9 +157,12 @@ class ReplyService:
                     title_if_untitled=content if turn.untitled else None,
                 )
                 await session.commit()
-                return reply, str(question.id), str(turn.source)
+                if title is not None and self.push is not None:  # named by this first message
+                    self.push.publish(user_id, ConversationRenamed(str(conversation_id), title))
+                return _rows(reply, question.id)
 
-            generation = await self._launch(user_id, turn.prompt(content), params, write)
+            source = str(turn.source)
+            generation = await self._launch(user_id, source, turn.prompt(content), params, write)
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -192,7 +191,7 @@ class ReplyService:
     async def resume(self, user_id: UUID, request: ResumeReply, *, transport: str) -> ReplyEvents:
         """What the client missed since offset `after`, then the rest live (or as stored)."""
         reply = await self.find(user_id, request.message_id)
-        events = self.follow(
+        events = self.reply_events(
             reply, transport=transport, after=max(0, request.after), keepalive_s=self.keepalive_s
         )
         return ReplyEvents(str(request.message_id), events)
@@ -204,20 +203,10 @@ class ReplyService:
         status = await self.stop(reply, CancelCause.USER, wait_s)
         return StopResult(message_id=str(request.message_id), status=status)
 
-    async def delete_conversation(self, user_id: UUID, conversation_id: UUID) -> None:
-        """Delete a conversation, then stop what it is still generating: after the delete, so
-        that a reply whose turn a racing send wrote just before it is stopped too (its final
-        write finds no row: a no-op)."""
-        deleted = await conversations.delete_conversation(self.sessions, user_id, conversation_id)
-        owned = (str(conversation_id), str(user_id))
-        for generation in self.manager.live():
-            if (generation.conversation_id, generation.user_id) == owned:
-                generation.cancel(CancelCause.USER)
-        if not deleted:
-            raise conversations.ConversationNotFoundError(conversation_id)
-
     def _from_start(self, generation: Generation, transport: str) -> ReplyEvents:
-        events = self.follow(generation, transport=transport, after=0, keepalive_s=self.keepalive_s)
+        events = self.reply_events(
+            generation, transport=transport, after=0, keepalive_s=self.keepalive_s
+        )
         return ReplyEvents(generation.message_id, events)
 
     # -- starting and finding replies --------------------------------------------------------------
@@ -229,7 +218,7 @@ class ReplyService:
         conversation, question and streaming reply in one transaction. Raises EngineRefusedError (or
         TooManyRepliesError) before writing anything."""
 
-        async def write(request_id: str) -> tuple[Message, str, str]:
+        async def write(request_id: str) -> ReplyRows:
             async with transaction(self.sessions) as session:
                 question, reply = await reply_rows.write_api_call(
                     session,
@@ -239,18 +228,18 @@ class ReplyService:
                     engine_request_id=request_id,
                     replica_id=self.replica_id,
                 )
-            return reply, str(question.id), "api"
+            return _rows(reply, question.id)
 
-        return await self._launch(user_id, messages, params, write)
+        return await self._launch(user_id, "api", messages, params, write)
 
     async def _regenerate(
         self, user_id: UUID, message_id: UUID, options: ReplyOptions
     ) -> Generation:
         """Answer a reply's question again; the new reply is a new version next to the old one.
 
-        Same order as `start`: the engine accepts the prompt before any row changes. Raises
-        NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or EngineRefusedError before
-        writing anything.
+        Same order as `send` (`_launch`): the engine accepts the prompt before any row changes.
+        Raises NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or
+        EngineRefusedError before writing anything.
         """
         old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
@@ -261,7 +250,7 @@ class ReplyService:
         history, question_id = await prompts.regeneration_prompt(self.sessions, old)
         messages = prompts.with_system_prompt(chosen.system_prompt, history)
 
-        async def write(request_id: str) -> tuple[Message, str, str]:
+        async def write(request_id: str) -> ReplyRows:
             reply = await branches.add_sibling_reply(
                 self.sessions,
                 old,
@@ -269,15 +258,15 @@ class ReplyService:
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
             )
-            return reply, str(question_id), "page"
+            return _rows(reply, question_id)
 
-        return await self._launch(user_id, messages, params, write)
+        return await self._launch(user_id, "page", messages, params, write)
 
     async def _edit(
         self, user_id: UUID, message_id: UUID, content: str, options: ReplyOptions
     ) -> Generation:
-        """The edited question and its reply, in `start`'s order, with the conversation's settings
-        like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
+        """The edited question and its reply, in `send`'s order (`_launch`), with the
+        conversation's settings like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
         EngineRefusedError before writing anything."""
         edited = await conversations.get_message(self.sessions, user_id, message_id)
         if edited is None or edited.role is not MessageRole.USER:
@@ -288,7 +277,7 @@ class ReplyService:
         turn = await prompts.edit_prompt(self.sessions, edited, content)
         messages = prompts.with_system_prompt(chosen.system_prompt, turn)
 
-        async def write(request_id: str) -> tuple[Message, str, str]:
+        async def write(request_id: str) -> ReplyRows:
             question, reply = await branches.add_edited_turn(
                 self.sessions,
                 edited,
@@ -297,58 +286,32 @@ class ReplyService:
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
             )
-            return reply, str(question.id), "page"
+            return _rows(reply, question.id)
 
-        return await self._launch(user_id, messages, params, write)
+        return await self._launch(user_id, "page", messages, params, write)
 
     async def _launch(
         self,
         user_id: UUID,
+        source: str,
         messages: list[dict[str, str]],
         params: SamplingParams,
-        write: Callable[[str], Awaitable[tuple[Message, str, str]]],
+        persist: Persist,
     ) -> Generation:
-        """The engine accepts the prompt (or raises EngineRefusedError), then `write(request_id)`
-        persists the turn and answers (the reply row, its question's id, its source); a write that
-        fails aborts the engine request, so nothing is left half-done on either side."""
+        """The manager starts the reply (`GenerationManager.start_reply`): the engine accepts the
+        prompt (or EngineRefusedError is raised), then `persist(request_id)` writes the turn; a
+        write that fails aborts the engine request, so nothing is left half-done on either side."""
         if not self.manager.accepting:
             raise UnavailableError("the server is shutting down: try again in a moment")
+        grace_s = self.grace_by_source.get(source, 0.0)
+        request = ReplyRequest(messages, params, str(user_id), source, grace_s)
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
-            request_id = uuid.uuid4().hex
             try:
-                stream = self.manager.open_stream(request_id, messages, params, owner=str(user_id))
+                generation = await self.manager.start_reply(request, persist)
             except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
                 raise UnavailableError(str(exc)) from exc
             except EngineError as exc:
                 raise EngineRefusedError(str(exc)) from exc
-            try:
-                reply, question_id, source = await write(request_id)
-            except BaseException:
-                await stream.aclose()  # type: ignore[attr-defined]  # aborts the engine request
-                raise
-            return self._run(reply, request_id, str(user_id), question_id, source, stream)
-
-    def _run(
-        self,
-        reply: Message,
-        request_id: str,
-        user_id: str,
-        question_id: str,
-        source: str,
-        stream: AsyncIterator[EngineEvent],
-    ) -> Generation:
-        generation = Generation(
-            message_id=str(reply.id),
-            request_id=request_id,
-            conversation_id=str(reply.conversation_id),
-            user_id=user_id,
-            user_message_id=question_id,
-            source=source,
-            model=self.model_name,
-            grace_s=self.grace_by_source.get(source, 0.0),
-            final_wait_s=self.manager.final_wait_s,
-        )
-        self.manager.run(generation, stream)
         if self.push is not None and source == "page":  # its rows are committed: tell the others
             self.push.reply_started(generation)
         return generation
@@ -361,18 +324,18 @@ class ReplyService:
         live = self.manager.get(str(message_id))
         return live if live is not None else message
 
-    def follow(
+    def reply_events(
         self, reply: Generation | Message, *, transport: str, after: int, keepalive_s: float
     ) -> AsyncGenerator[StreamEvent | None, None]:
         """Start, what was missed since offset `after`, then live deltas, then Final.
 
         None means "nothing to say for keepalive_s": the transport sends a heartbeat.
-        A reply that is not live here is followed through the database: a finished one replays to
+        A reply that is not live here is read from the database (`ReplyPoller`): a finished one replays to
         its end; one still streaming elsewhere (another replica) is polled until it ends.
         """
         if isinstance(reply, Generation):
-            return follow_live(reply, transport=transport, after=after, keepalive_s=keepalive_s)
-        return self.elsewhere.follow(
+            return live_events(reply, transport=transport, after=after, keepalive_s=keepalive_s)
+        return self.elsewhere.events(
             reply_rows.stored_outcome(reply),
             conversation_id=str(reply.conversation_id),
             after=after,
@@ -402,3 +365,7 @@ class ReplyService:
         if reply.is_final:
             return str(reply.status)
         return await self.elsewhere.stop(str(reply.id), cause, wait_s)
+
+
+def _rows(reply: Message, question_id: UUID) -> ReplyRows:
+    return ReplyRows(str(reply.id), str(reply.conversation_id), str(question_id))

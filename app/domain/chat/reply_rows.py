@@ -1,8 +1,9 @@
 """The reply row's life, from `streaming` to its one final state, and its record of the reply.
 
-`add_turn` stores the user's message and an empty assistant message in state `streaming`,
-atomically; the recorder (app/domain/chat/recorder.py) flushes the partial text with
-`PROGRESS_UPDATE` and writes the end with `FINAL_UPDATE`. Final states are never overwritten (the
+A reply starts as an empty assistant message in state `streaming`, written with its question in
+the send's own transaction (`write_turn`; a `/v1` call's: `write_api_call`); the ledger
+(app/domain/chat/ledger.py) flushes the partial text with `PROGRESS_UPDATE` and writes the end
+with `FINAL_UPDATE`. Final states are never overwritten (the
 updates are conditional on `status = 'streaming'`), so a late or duplicate finish, or a flush
 racing the finish, cannot corrupt a reply. At startup, `mark_interrupted_at_startup` closes what a
 dead server left streaming. Regenerate and edit add versions next to the old ones
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from math import isfinite
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID, uuid4
 
 from sqlalchemy import bindparam, insert, select, update
@@ -165,28 +166,35 @@ def new_reply(
     )
 
 
-async def _name_new_chat(session: AsyncSession, conversation_id: UUID, first_message: str) -> None:
+async def _name_new_chat(
+    session: AsyncSession, conversation_id: UUID, first_message: str
+) -> str | None:
     """A new chat ("New chat") names itself from its first message, distinct from the owner's
-    other chats ("… (2)"). Read after add_turn's UPDATE: in the write transaction, so on SQLite
-    the titles read are the latest (a read before the first write could not later upgrade)."""
+    other chats ("… (2)"); returns its new title, None if it had one already. Read after
+    write_turn's UPDATE: in the write transaction, so on SQLite the titles read are the latest
+    (a read before the first write could not later upgrade)."""
     wanted = title_from_message(first_message)
     owner = select(Conversation.user_id).where(Conversation.id == conversation_id)
     taken = set(
         await session.scalars(titles_like(owner.scalar_subquery(), wanted, conversation_id))
     )
-    await session.execute(
+    title = distinct_title(wanted, taken)
+    named = await session.execute(
         update(Conversation)
         .where(Conversation.id == conversation_id, Conversation.title == DEFAULT_TITLE)
-        .values(title=distinct_title(wanted, taken))
+        .values(title=title)
         .execution_options(synchronize_session=False)
     )
+    return title if named.rowcount else None
 
 
-class _FollowLeaf:
-    """`add_turn`'s default parent: the conversation's current leaf, read under the write lock."""
+class Turn(NamedTuple):
+    """A turn's rows as written: the question, its `streaming` reply, and the conversation's new
+    title when this first turn named it (None otherwise)."""
 
-
-FOLLOW_LEAF = _FollowLeaf()
+    question: Message
+    reply: Message
+    title: str | None = None
 
 
 _CONVERSATIONS = Conversation.__table__
@@ -229,7 +237,7 @@ async def take_conversation(
 ) -> None:
     """Bump the conversation (and, given `leaf`, make it its current end) as a transaction's first
     write: its row lock (PostgreSQL) or the write lock (SQLite) is taken here, never after a read
-    of it (see `add_turn`). Raises ConversationNotFoundError when it is gone.
+    of it (see `write_turn`). Raises ConversationNotFoundError when it is gone.
 
     A prebuilt Core UPDATE of the table, not the ORM's: no object of the session changes, and the
     ORM's bulk-UPDATE path costs about as much again in Python (bench/setup_cost.py)."""
@@ -282,42 +290,38 @@ async def write_turn(
     user_content: str,
     model: str | None,
     *,
-    parent_id: UUID | _FollowLeaf | None,
+    parent_id: UUID | None,
     engine_request_id: str | None = None,
     replica_id: str | None = None,
     title_if_untitled: str | None = None,
-) -> tuple[Message, Message]:
-    """`add_turn`'s writes in the caller's transaction (which commits them): the question follows
-    `parent_id` (None: a first question; FOLLOW_LEAF: the current leaf), the reply becomes the
-    current leaf. Two statements when the parent is known and no title is wanted: the
-    conversation's UPDATE (bump and leaf, and its lock), both rows in one INSERT; nothing read
-    back."""
+) -> Turn:
+    """A page turn's rows in the caller's transaction (which commits them): the question follows
+    `parent_id` (the end of the branch its prompt was built on; None: a first question), the
+    reply becomes the current leaf. Raises `ConversationNotFoundError`; ownership is the caller's
+    business. Two statements when no title is wanted: the conversation's UPDATE (bump and leaf),
+    both rows in one INSERT; nothing read back.
+
+    The transaction starts with that conditional UPDATE, never a read: a DELETE racing it then
+    either waits for this transaction (PostgreSQL's row lock; SQLite's write lock, taken by the
+    first write) and removes the new rows with the conversation, or commits first and leaves
+    nothing to update (ConversationNotFoundError). Reading first let the DELETE slip in between
+    the read and the writes: the ORM's UPDATE then matched no row (StaleDataError, a 500)."""
     now = utcnow()
-    follow = isinstance(parent_id, _FollowLeaf)
     question, reply = turn_rows(
         conversation_id,
         user_content,
         model,
-        None if isinstance(parent_id, _FollowLeaf) else parent_id,
+        parent_id,
         engine_request_id=engine_request_id,
         replica_id=replica_id,
         now=now,
     )
-    await take_conversation(session, conversation_id, now, None if follow else reply.id)
-    if follow:
-        question.parent_id = await session.scalar(
-            select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
-        )
+    await take_conversation(session, conversation_id, now, reply.id)
+    title = None
     if title_if_untitled:
-        await _name_new_chat(session, conversation_id, title_if_untitled)
+        title = await _name_new_chat(session, conversation_id, title_if_untitled)
     await _insert_turn(session, question, reply)
-    if follow:
-        await session.execute(
-            update(_CONVERSATIONS)
-            .where(_CONVERSATIONS.c.id == conversation_id)
-            .values(current_leaf_id=reply.id)
-        )
-    return question, reply
+    return Turn(question, reply, title)
 
 
 async def write_api_call(
@@ -356,43 +360,6 @@ async def write_api_call(
     if conversation.title == DEFAULT_TITLE:  # the question's start is all blanks
         await _name_new_chat(session, conversation.id, question)
     return asked, reply
-
-
-async def add_turn(
-    sessions: Sessions,
-    conversation_id: UUID,
-    user_content: str,
-    model: str | None,
-    *,
-    engine_request_id: str | None = None,
-    replica_id: str | None = None,
-    title_if_untitled: str | None = None,
-    parent_id: UUID | None = None,
-) -> tuple[Message, Message]:
-    """Store the user's message and the (empty, `streaming`) assistant reply in one transaction.
-
-    The question follows `parent_id` (the end of the branch its prompt was built on) or, when
-    None, the conversation's current leaf; the reply becomes the new current leaf. Raises
-    `ConversationNotFoundError`; ownership is the caller's business (it got the conversation
-    from `get_conversation`).
-
-    The transaction starts with a conditional UPDATE of the conversation, never a read: a DELETE
-    racing it then either waits for this transaction (PostgreSQL's row lock; SQLite's write lock,
-    taken by the first write) and removes the new rows with the conversation, or commits first and
-    leaves nothing to update (ConversationNotFoundError). Reading first let the DELETE slip in
-    between the read and the writes: the ORM's UPDATE then matched no row (StaleDataError, a 500).
-    """
-    async with transaction(sessions) as session:
-        return await write_turn(
-            session,
-            conversation_id,
-            user_content,
-            model,
-            parent_id=FOLLOW_LEAF if parent_id is None else parent_id,
-            engine_request_id=engine_request_id,
-            replica_id=replica_id,
-            title_if_untitled=title_if_untitled,
-        )
 
 
 async def mark_interrupted_at_startup(sessions: Sessions, replica_id: str | None = None) -> int:

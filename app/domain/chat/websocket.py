@@ -154,7 +154,7 @@ class ChatSocket:
     async def on_subscribe(self, frame: SubscribeFrame) -> None:
         if self.push is not None and not self._subscribed:  # once per socket
             self._subscribed = True
-            self.push_events(self.push.follow(self.user.id, self.replies.keepalive_s))
+            self.push_events(self.push.page_events(self.user.id, self.replies.keepalive_s))
 
     def stream(self, reply: ReplyEvents, client_ref: str | None) -> None:
         task = asyncio.create_task(self._pump_to_socket(reply, client_ref))

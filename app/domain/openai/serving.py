@@ -109,9 +109,9 @@ class OpenAIServingChat:
     async def start(
         self, user_id: UUID, messages: list[dict[str, str]], params: SamplingParams
     ) -> AsyncGenerator[StreamEvent | None, None]:
-        """Start the reply and store the call as an `api` conversation; its events, followed."""
+        """Start the reply and store the call as an `api` conversation; its events, as they come."""
         generation = await self.replies.start_api_call(user_id, messages, params)
-        return self.replies.follow(
+        return self.replies.reply_events(
             generation, transport="openai", after=0, keepalive_s=self.replies.keepalive_s
         )
 

@@ -1,6 +1,7 @@
-"""The streaming core's ReplyStore over the chat rows and the cancel channel
-(app/domain/chat/reply_store.py), on real SQLite and PostgreSQL: what another replica's writes look
-like to a follower, and an action published here reaching another replica's listener."""
+"""The streaming core's ReplyLedger over the chat rows and the cancel channel
+(app/domain/chat/ledger.py), on real SQLite and PostgreSQL: what another replica's writes look
+like to a reader here, an action published here reaching another replica's listener, and the
+rows a dead replica left streaming closed at startup, its siblings' left alone."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.cancel_channel import PostgresCancelChannel, cancel_channel_for
+from app.db.session import transaction
 from app.domain.accounts.models import User
 from app.domain.chat import conversations, reply_rows
-from app.domain.chat.recorder import DatabaseRecorder
-from app.domain.chat.reply_store import DatabaseReplyStore
+from app.domain.chat.ledger import DatabaseLedger
 from app.streaming.events import CancelCause, Status
-from app.streaming.manager import Progress
-from app.streaming.store import ATTACH
+from app.streaming.ledger import ATTACH, Progress
+from tests.db.chat_rows import add_turn
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -29,10 +30,11 @@ async def test_load_reads_the_row_as_it_grows_ends_and_goes(
 ) -> None:
     owner = await make_user()
     conversation = await conversations.create_conversation(db_sessions, owner.id, "t")
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "question", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "question", "m")
     message_id = str(reply.id)
-    store = DatabaseReplyStore(db_sessions, cancel_channel_for(migrated_database_url, db_sessions))
-    recorder = DatabaseRecorder(db_sessions)  # how the replica running the reply writes it
+    channel = cancel_channel_for(migrated_database_url, db_sessions)
+    store = DatabaseLedger(db_sessions, channel)  # here, reading
+    recorder = DatabaseLedger(db_sessions, channel)  # the replica running the reply, writing
 
     fresh = await store.load(message_id)
     assert fresh is not None and (fresh.status, fresh.text) == (Status.STREAMING, "")
@@ -74,7 +76,7 @@ async def test_publish_reaches_the_other_replicas(
     db_sessions: Sessions, migrated_database_url: str, database_backend: str
 ) -> None:
     channel = cancel_channel_for(migrated_database_url, db_sessions)
-    store = DatabaseReplyStore(db_sessions, channel)
+    store = DatabaseLedger(db_sessions, channel)
     if database_backend == "sqlite":  # one process: nobody to tell, and nothing fails
         assert not channel.relays
         await store.publish("m-1", CancelCause.USER)
@@ -97,3 +99,31 @@ async def test_publish_reaches_the_other_replicas(
     finally:
         await other.stop()
     assert received == [("m-1", "attach"), ("m-1", "admin")]
+
+
+async def test_close_interrupted_closes_this_replicas_rows_only(
+    db_sessions: Sessions,
+    migrated_database_url: str,
+    make_user: Callable[..., Awaitable[User]],
+) -> None:
+    owner = await make_user()
+    conversation = await conversations.create_conversation(db_sessions, owner.id, "t")
+    channel = cancel_channel_for(migrated_database_url, db_sessions)
+    mine, theirs = (
+        DatabaseLedger(db_sessions, channel, "r1"),
+        DatabaseLedger(db_sessions, channel, "r2"),
+    )
+    rows = {}
+    for replica in ("r1", "r2"):
+        async with transaction(db_sessions) as session:
+            _, reply, _ = await reply_rows.write_turn(
+                session, conversation.id, "q", "m", parent_id=None, replica_id=replica
+            )
+        rows[replica] = str(reply.id)
+
+    assert await mine.close_interrupted() == 1
+    closed, running = await mine.load(rows["r1"]), await mine.load(rows["r2"])
+    assert closed is not None and closed.status is Status.INTERRUPTED
+    assert running is not None and running.status is Status.STREAMING
+    assert await theirs.close_interrupted() == 1
+    assert await mine.close_interrupted() == 0

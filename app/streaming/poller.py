@@ -1,11 +1,11 @@
-"""A reply that is not live in this process, followed and stopped through its store.
+"""A reply that is not live in this process, read and stopped through the ledger, by polling it.
 
 The database-polling counterpart of a Subscriber (app/streaming/subscriber.py), with the same
 events: Start at the resume offset, Deltas whose ids are character offsets, the Final, and None
 for "nothing to say for keepalive_s". A finished reply replays to its end; one streaming on
 another replica is re-read every `poll_s` until it ends there, and the replica running it is told
-now and then that a client still follows it (ATTACH), so the disconnect grace it started when
-that client left restarts. What it needs of the database is a `ReplyStore` (app/streaming/store.py).
+now and then that a client still watches it (ATTACH), so the disconnect grace it started when
+that client left restarts. It reads and publishes through the `ReplyLedger` port (app/streaming/ledger.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 
 from app.streaming.events import CancelCause, Delta, Start, Status, StreamEvent
 from app.streaming.generation import Outcome, final_from_outcome
-from app.streaming.store import ATTACH, ReplyStore
+from app.streaming.ledger import ATTACH, ReplyLedger
 
 STORED_POLL_S = 0.5
 """How often a reply streaming on another replica is re-read from the store."""
@@ -24,23 +24,23 @@ STOP_POLL_S = 0.05
 """How often a reply stopped on another replica is re-read until its end is stored."""
 
 
-class Follower:
+class ReplyPoller:
     def __init__(
         self,
-        store: ReplyStore,
+        store: ReplyLedger,
         *,
         grace_s: float,
         poll_s: float = STORED_POLL_S,
         stop_poll_s: float = STOP_POLL_S,
     ) -> None:
         """`grace_s`: how long the replica running a reply waits for a client that left (a
-        page's grace): a client following from here is reported three times within it."""
+        page's grace): a client watching from here is reported three times within it."""
         self.store = store
         self.poll_s = poll_s
         self.stop_poll_s = stop_poll_s
         self.attach_every_s = max(poll_s, grace_s / 3)
 
-    async def follow(
+    async def events(
         self, reply: Outcome, *, conversation_id: str, after: int, keepalive_s: float
     ) -> AsyncGenerator[StreamEvent | None, None]:
         """Start, the text since offset `after` as the store has it and as it grows, then Final.

@@ -1,0 +1,65 @@
+"""A user's conversations as their pages see them: created, imported, renamed and deleted, each
+change told, once committed, to every open page of that user (app/domain/chat/push_events.py).
+
+With ReplyService (a reply started or ended, a chat named by its first message), this is where
+push events are published: the routes only call it, so every way in publishes the same events.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from app.db.session import Sessions
+from app.domain.chat import conversations, importing
+from app.domain.chat.archive_schemas import ConversationExport
+from app.domain.chat.models import Conversation
+from app.domain.chat.push_events import (
+    ConversationCreated,
+    ConversationDeleted,
+    ConversationRenamed,
+    UserPush,
+)
+from app.streaming.events import CancelCause
+from app.streaming.manager import GenerationManager
+
+
+class ConversationService:
+    def __init__(self, sessions: Sessions, manager: GenerationManager, push: UserPush) -> None:
+        self.sessions = sessions
+        self.manager = manager
+        self.push = push
+
+    async def create(self, user_id: UUID, title: str | None) -> Conversation:
+        created = await conversations.create_conversation(self.sessions, user_id, title)
+        self.push.publish(user_id, ConversationCreated(str(created.id), created.title))
+        return created
+
+    async def import_export(self, user_id: UUID, export: ConversationExport) -> Conversation:
+        """A JSON export as a new conversation of the user's (app/domain/chat/importing.py)."""
+        imported = await importing.import_conversation(self.sessions, user_id, export)
+        self.push.publish(user_id, ConversationCreated(str(imported.id), imported.title))
+        return imported
+
+    async def rename(self, user_id: UUID, conversation_id: UUID, title: str) -> Conversation:
+        """The conversation as renamed (its title cleaned). Raises ConversationNotFoundError."""
+        renamed = await conversations.rename_conversation(
+            self.sessions, user_id, conversation_id, title
+        )
+        conversation = await conversations.get_conversation(self.sessions, user_id, conversation_id)
+        if not renamed or conversation is None:
+            raise conversations.ConversationNotFoundError(conversation_id)
+        self.push.publish(user_id, ConversationRenamed(str(conversation_id), conversation.title))
+        return conversation
+
+    async def delete(self, user_id: UUID, conversation_id: UUID) -> None:
+        """Delete a conversation, then stop what it is still generating: after the delete, so
+        that a reply whose turn a racing send wrote just before it is stopped too (its final
+        write finds no row: a no-op). Raises ConversationNotFoundError."""
+        deleted = await conversations.delete_conversation(self.sessions, user_id, conversation_id)
+        owned = (str(conversation_id), str(user_id))
+        for generation in self.manager.live():
+            if (generation.conversation_id, generation.user_id) == owned:
+                generation.cancel(CancelCause.USER)
+        if not deleted:
+            raise conversations.ConversationNotFoundError(conversation_id)
+        self.push.publish(user_id, ConversationDeleted(str(conversation_id)))
