@@ -4,7 +4,9 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-02
 
-Existing accounts stay `active`. `audit_log` names users by plain id columns (no foreign key), so
+Existing accounts stay `active`. On SQLite the batch copy of `users` (a CHECK constraint needs a new
+table) cannot carry the expression index on lower(email), which SQLAlchemy does not reflect: it is
+made again after each copy. `audit_log` names users by plain id columns (no foreign key), so
 deleting a user keeps the entries about them.
 """
 
@@ -24,6 +26,11 @@ def _enum(name: str, *values: str) -> sa.Enum:
     return sa.Enum(*values, name=name, native_enum=False, create_constraint=True, length=16)
 
 
+def _restore_email_index() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute("CREATE UNIQUE INDEX IF NOT EXISTS uq_users_email_lower ON users (lower(email))")
+
+
 def upgrade() -> None:
     with op.batch_alter_table("users") as batch:
         batch.add_column(
@@ -38,6 +45,7 @@ def upgrade() -> None:
             sa.Column("session_epoch", sa.Integer(), server_default="0", nullable=False)
         )
         batch.add_column(sa.Column("last_seen_at", DateTimeUTC(timezone=True), nullable=True))
+    _restore_email_index()
     op.create_table(
         "account_tokens",
         sa.Column("id", GUID(length=16), nullable=False),
@@ -93,3 +101,4 @@ def downgrade() -> None:
         batch.drop_column("session_epoch")
         batch.drop_constraint(op.f("ck_users_user_state"), type_="check")  # or SQLite's copy keeps it
         batch.drop_column("state")
+    _restore_email_index()
