@@ -14,7 +14,6 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
-
 from litestar import Request, Router, get, post
 from litestar.middleware import DefineMiddleware
 from litestar.params import FromPath

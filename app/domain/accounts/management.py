@@ -83,7 +83,7 @@ async def _change(
     when: ColumnElement[bool] | None = None,
     guard_admin: bool = False,
     wrong_state: str = "",
-    revoke_keys: bool = False,
+    revoke: bool = False,
     **values: object,
 ) -> User:
     """UPDATE the user's row when `when` holds (and, with `guard_admin`, when it is not the last
@@ -101,7 +101,7 @@ async def _change(
         )
         if user is None:
             raise await _refusal(session, user_id, wrong_state)
-        if revoke_keys:
+        if revoke:
             await revoke_keys(session, user_id)
         await audit.record(session, actor, action, user, **_detail(values))
         return user
@@ -146,7 +146,7 @@ async def disable(sessions: Sessions, actor: Actor, user_id: UUID) -> User:
         when=User.state != UserState.DISABLED,
         guard_admin=True,
         wrong_state="the account is disabled already",
-        revoke_keys=True,
+        revoke=True,
         state=UserState.DISABLED,
         session_epoch=next_epoch(),
     )
