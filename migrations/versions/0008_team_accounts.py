@@ -99,6 +99,8 @@ def downgrade() -> None:
     with op.batch_alter_table("users") as batch:
         batch.drop_column("last_seen_at")
         batch.drop_column("session_epoch")
-        batch.drop_constraint(op.f("ck_users_user_state"), type_="check")  # or SQLite's copy keeps it
+        batch.drop_constraint(
+            op.f("ck_users_user_state"), type_="check"
+        )  # or SQLite's copy keeps it
         batch.drop_column("state")
     _restore_email_index()
