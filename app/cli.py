@@ -4,9 +4,12 @@
     python -m app.cli db downgrade REVISION     migrate down (e.g. -1, or base)
     python -m app.cli db current                print the database's revision
     python -m app.cli create-admin EMAIL [--password PASSWORD]
+    python -m app.cli create-user EMAIL [--password PASSWORD]
 
 `create-admin` creates the user, or promotes an existing one (setting the password only when one
-is given); it asks for the password when a new user needs one and none was given. The database is
+is given); it asks for the password when a new user needs one and none was given. `create-user` makes an
+ordinary, active account (the way in under SIGNUP_MODE=closed), recorded in the audit log as made
+by "cli". The database is
 DATABASE_URL, or the SQLite file under DATA_DIR (see app/settings.py).
 """
 
@@ -20,8 +23,8 @@ from collections.abc import Sequence
 
 from app.db.engine import create_engine, make_sessionmaker
 from app.db.migrate import current_revision, downgrade_database, upgrade_database
-from app.domain.accounts import passwords
-from app.domain.accounts.service import create_or_promote_admin, get_user_by_email
+from app.domain.accounts import audit, passwords
+from app.domain.accounts.service import create_or_promote_admin, create_user, get_user_by_email
 from app.settings import Settings
 
 
@@ -40,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     admin = commands.add_parser("create-admin", help="create an admin, or promote a user")
     admin.add_argument("email")
     admin.add_argument("--password", help="set this password (asked for when creating)")
+
+    user = commands.add_parser("create-user", help="create an ordinary, active account")
+    user.add_argument("email")
+    user.add_argument("--password", help="its password (asked for when not given)")
     return parser
 
 
@@ -68,6 +75,19 @@ async def _create_admin(database_url: str, email: str, password: str | None) -> 
     return f"{'created' if created else 'promoted'} admin {user.email}"
 
 
+async def _create_user(database_url: str, email: str, password: str | None) -> str:
+    if password is None:
+        password = await asyncio.to_thread(_ask_password)
+    engine = create_engine(database_url)
+    try:
+        sessions = make_sessionmaker(engine)
+        user = await create_user(sessions, email, password, is_admin=False)
+        await audit.record_now(sessions, audit.CLI, "create", user)
+    finally:
+        await engine.dispose()
+    return f"created user {user.email}"
+
+
 def main(argv: Sequence[str] | None = None, settings: Settings | None = None) -> int:
     args = _parser().parse_args(argv)
     database_url = (settings or Settings.from_env()).database_url
@@ -84,6 +104,8 @@ def main(argv: Sequence[str] | None = None, settings: Settings | None = None) ->
                 file=sys.stderr,
             )
             return 1
+        elif args.command == "create-user":
+            print(asyncio.run(_create_user(database_url, args.email, args.password)))
         else:
             print(asyncio.run(_create_admin(database_url, args.email, args.password)))
     except ValueError as exc:  # weak password, taken email, bad input

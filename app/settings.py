@@ -166,6 +166,10 @@ class Settings:
     login_max_per_account: int = env("LOGIN_MAX_PER_ACCOUNT", 5)
     # ... from unknown devices, all addresses together
     login_max_per_account_total: int = env("LOGIN_MAX_PER_ACCOUNT_TOTAL", 100)
+    # Who may make an account (app/domain/accounts/signup.py): anyone ("open"), anyone, to be
+    # approved by an admin before use ("approval"), holders of an admin's invitation link
+    # ("invite"), nobody but admins ("closed"). The first account is the admin in every mode.
+    signup_mode: Literal["open", "approval", "invite", "closed"] = env("SIGNUP_MODE", "approval")
     signup_window_s: float = env("SIGNUP_WINDOW_S", 3600.0)
     signup_max_per_address: int = env("SIGNUP_MAX_PER_ADDRESS", 10)
     # Key prefix in SESSION_STORE_URL's Redis

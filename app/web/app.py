@@ -29,7 +29,9 @@ from litestar.stores.memory import MemoryStore
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
+from app.domain.accounts.access import AccessCache
 from app.domain.accounts.authentication import (
+    ACCESS_STATE_KEY,
     SESSIONS_STATE_KEY,
     SessionAuthenticationMiddleware,
 )
@@ -43,6 +45,8 @@ from app.domain.accounts.ratelimit import (
 )
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
+from app.domain.admin.users_api import AdminUsersApi
+from app.domain.admin.users_pages import AdminUserPages
 from app.domain.chat.archive_controllers import archive_router
 from app.domain.chat.controllers import chat_router
 from app.domain.chat.push_routes import user_events
@@ -133,11 +137,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         services = Services.build(settings, engine)
         app.state.services = services
         app.state[SESSIONS_STATE_KEY] = services.sessions  # for auth and guards (no DI there)
+        app.state[ACCESS_STATE_KEY] = access = AccessCache(services.sessions)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
             yield
         finally:
+            await access.close()
             await services.stop()
             await limits.store.close()
             flush_log_queue()
@@ -157,6 +163,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             pages.chat_page,
             pages.login_page,
             pages.signup_page,
+            pages.reset_page,
             pages.healthz,
             pages.readyz,
             metrics_endpoint,
@@ -168,6 +175,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             archive_router,
             AdminApiController,
             AdminPages,
+            AdminUsersApi,
+            AdminUserPages,
             chat_socket,
             openai_router,
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),

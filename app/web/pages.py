@@ -1,4 +1,5 @@
-"""Server-rendered pages: the chat, log-in and sign-up (the admin console has its own package)."""
+"""Server-rendered pages: the chat (or, for an account an admin has not approved yet, the page that
+says so), log-in, sign-up and password reset (the admin console has its own package)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from litestar.response import Redirect, Template
 from sqlalchemy import text
 
 from app.db.session import Sessions
+from app.domain.accounts.authentication import PENDING
 from app.domain.accounts.dependencies import logged_in_user
+from app.settings import Settings
 from app.web.services import Services
 
 
@@ -36,6 +39,8 @@ def register_page_callables(engine: JinjaTemplateEngine) -> None:
 async def chat_page(
     request: Request[UUID | None, Any, Any], sessions: NamedDependency[Sessions]
 ) -> Template | Redirect:
+    if request.auth == PENDING:  # signed up under SIGNUP_MODE=approval; no admin said yes yet
+        return Template("waiting.html")
     user = await logged_in_user(request, sessions)
     if user is None:
         return Redirect("/login")
@@ -44,13 +49,20 @@ async def chat_page(
 
 
 @get("/login", include_in_schema=False)
-async def login_page() -> Template:
-    return Template("login.html")
+async def login_page(settings: NamedDependency[Settings]) -> Template:
+    return Template("login.html", context={"signup_mode": settings.signup_mode})
 
 
 @get("/signup", include_in_schema=False)
-async def signup_page() -> Template:
-    return Template("signup.html")
+async def signup_page(settings: NamedDependency[Settings]) -> Template:
+    return Template("signup.html", context={"signup_mode": settings.signup_mode})
+
+
+@get("/reset", include_in_schema=False)
+async def reset_page() -> Template:
+    """The form a password-reset link opens; the link's secret is in its fragment (#token=...),
+    which browsers never send, so it stays out of every access log (static/js/reset.js)."""
+    return Template("reset.html")
 
 
 @get("/healthz", include_in_schema=False)

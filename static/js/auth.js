@@ -1,6 +1,7 @@
 /**
  * Log-in and sign-up: post the form as JSON to /api/auth/{login,signup} (with the CSRF header),
- * then go to `?next=` (pages of this site only) or the chat.
+ * then go to `?next=` (pages of this site only) or the chat. An invitation link's secret is in the
+ * sign-up page's fragment (#invite=...), which the browser never sends; it goes in the JSON body.
  */
 
 import { api } from "./api.js";
@@ -9,6 +10,7 @@ import { showError } from "./dom.js";
 const form = document.getElementById("auth-form");
 const errorEl = document.getElementById("auth-error");
 const mode = form.dataset.mode === "signup" ? "signup" : "login";
+const invite = new URLSearchParams(location.hash.slice(1)).get("invite");
 
 /**
  * Where to go after logging in: `?next=` only when it is a page of this site. It is parsed as
@@ -32,6 +34,7 @@ function explain(err) {
   if (err.status === 401) return "Wrong email or password.";
   if (err.status === 429) return "Too many attempts. Wait a moment and try again.";
   if (err.status === 409) return "An account with this email already exists. Log in instead?";
+  if (err.status === 403 && mode === "login") return "This account is disabled. Ask an admin.";
   if (err.status >= 500) return "The server had a problem. Try again in a moment.";
   if (err.status) return err.detail.charAt(0).toUpperCase() + err.detail.slice(1);
   return "Could not reach the server. Check your connection.";
@@ -51,7 +54,8 @@ form.addEventListener("submit", async (e) => {
   button.disabled = true;
   form.setAttribute("aria-busy", "true");
   try {
-    await api.post(`/api/auth/${mode}`, { email, password });
+    const body = mode === "signup" && invite ? { email, password, invite } : { email, password };
+    await api.post(`/api/auth/${mode}`, body);
     location.assign(nextUrl());
   } catch (err) {
     showError(errorEl, explain(err));

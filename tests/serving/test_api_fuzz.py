@@ -117,7 +117,9 @@ def fuzzed_app(
     directory: Path = tmp_path_factory.mktemp(f"fuzz-{request.param}")
     with throwaway_database(request.param, directory) as url:
         asyncio.run(upgrade_database_async(url))
-        app = create_app(Settings(engine=EngineSettings(kind="synthetic"), database_url=url))
+        app = create_app(
+            Settings(engine=EngineSettings(kind="synthetic"), database_url=url, signup_mode="open")
+        )
         tag = secrets.token_hex(4)
         admin = logged_in(app, f"admin-{tag}@example.com")  # the first sign-up is the admin
         # The document is served to admins only (app/web/app.py): load it as the admin.

@@ -4,13 +4,16 @@ handler runs.
 
 - Pages, the page API and the WebSocket: the user id the server-side session holds (log-in puts it
   there, app/domain/accounts/login.py), or None for an anonymous client. Nothing is refused here:
-  public routes serve anyone, and guards (app/domain/accounts/guards.py) refuse the rest.
+  public routes serve anyone, and guards (app/domain/accounts/guards.py) refuse the rest. The
+  account must still allow the session (app/domain/accounts/access.py): a disabled or deleted
+  account's session, or one from before "log out everywhere", is dropped; a pending account's
+  is kept, with `connection.user` None and `connection.auth` "pending" (the waiting page).
 - `/v1`: the owner of the bearer API key, or a 401 (OpenAI's shape, from the router's exception
   handlers: Litestar answers an error raised in a route's middleware with the route's handlers,
   `ScopeState.exception_handlers` set in litestar/_asgi/asgi_router.py).
 
-Only the id, never the user's row: no database round trip for a session's requests; the routes
-that read the row (or need the account to still exist) load it (accounts/dependencies.py).
+Only the id, never the user's row: the state and epoch come from a short-lived cache (at most one
+read per user and second); the routes that read the row load it (accounts/dependencies.py).
 The middleware class is Litestar's (litestar/middleware/authentication.py); its `__call__` puts
 `AuthenticationResult.user`/`.auth` in the scope.
 """
@@ -29,12 +32,18 @@ from litestar.types import ASGIApp
 
 from app.db.session import Sessions
 from app.domain.accounts import service as accounts
-from app.domain.accounts.login import USER_KEY
+from app.domain.accounts.access import AccessCache
+from app.domain.accounts.login import EPOCH_KEY, USER_KEY
+from app.domain.accounts.models import UserState
 
 SESSIONS_STATE_KEY = "sessions"
 """Where the app keeps its session factory in `app.state`: middleware and guards get no dependency
 injection (litestar/handlers/base.py, `authorize_connection` calls each guard with the connection
 and the handler only), so they read it from there."""
+ACCESS_STATE_KEY = "access"
+"""Where the app keeps its `AccessCache` in `app.state`."""
+PENDING = "pending"
+"""`connection.auth` of a session whose account waits for an admin's approval."""
 
 
 def _session_user_id(connection: ASGIConnection) -> UUID | None:
@@ -56,7 +65,17 @@ class SessionAuthenticationMiddleware(AbstractAuthenticationMiddleware):
 
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
         user_id = _session_user_id(connection)
-        return AuthenticationResult(user=user_id, auth=None if user_id is None else "session")
+        if user_id is None:
+            return AuthenticationResult(user=None, auth=None)
+        cache: AccessCache = connection.app.state[ACCESS_STATE_KEY]
+        access = await cache.get(user_id)
+        epoch = connection.session.get(EPOCH_KEY, 0)
+        if access is None or access.state == UserState.DISABLED or access.epoch != epoch:
+            connection.clear_session()  # the session store forgets it (app/web/sessions.py)
+            return AuthenticationResult(user=None, auth=None)
+        if access.state == UserState.PENDING:
+            return AuthenticationResult(user=None, auth=PENDING)
+        return AuthenticationResult(user=user_id, auth="session")
 
 
 class ApiKeyAuthenticationMiddleware(AbstractAuthenticationMiddleware):

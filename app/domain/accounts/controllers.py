@@ -1,4 +1,5 @@
-"""The account API: sign-up, log-in, log-out, who am I, and API keys for `/v1`."""
+"""The account API: sign-up, log-in, log-out, password reset by link, who am I, and API keys
+for `/v1`."""
 
 from __future__ import annotations
 
@@ -8,16 +9,21 @@ from uuid import UUID
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency, Provide
-from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.exceptions import (
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+)
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.session import Sessions
+from app.domain.accounts import links
 from app.domain.accounts import service as accounts
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.login import client_address, device_cookie, known_device, login, logout
-from app.domain.accounts.models import ApiKey, User
+from app.domain.accounts.models import ApiKey, User, UserState
 from app.domain.accounts.ratelimit import AuthLimits
 from app.settings import Settings
 
@@ -27,12 +33,38 @@ class Credentials(msgspec.Struct, forbid_unknown_fields=True):
     password: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 
 
+class SignUp(Credentials, forbid_unknown_fields=True):
+    invite: Annotated[str, msgspec.Meta(max_length=100)] | None = None  # SIGNUP_MODE=invite
+
+
+class PasswordReset(msgspec.Struct, forbid_unknown_fields=True):
+    token: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    password: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+
+
 class NewKey(msgspec.Struct, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] = "API key"
 
 
 def user_json(user: User) -> dict[str, object]:
-    return {"id": str(user.id), "email": user.email, "is_admin": user.is_admin}
+    return {
+        "id": str(user.id),
+        "email": user.email,
+        "is_admin": user.is_admin,
+        "state": str(user.state),
+    }
+
+
+async def _sign_up(sessions: Sessions, mode: str, data: SignUp) -> User:
+    """A new account as SIGNUP_MODE says (the first account of the instance is its admin in
+    every mode: app/domain/accounts/service.py)."""
+    if mode == "closed":
+        return await accounts.create_user(sessions, data.email, data.password, only_first=True)
+    if mode == "invite":
+        invite = data.invite or ""
+        return await accounts.create_user(sessions, data.email, data.password, invite=invite)
+    state = UserState.PENDING if mode == "approval" else UserState.ACTIVE
+    return await accounts.create_user(sessions, data.email, data.password, state=state)
 
 
 def key_json(key: ApiKey) -> dict[str, object]:
@@ -54,18 +86,20 @@ class AuthController(Controller):
     async def signup(
         self,
         request: Request,
-        data: JSONBody[Credentials],
+        data: JSONBody[SignUp],
         sessions: NamedDependency[Sessions],
         settings: NamedDependency[Settings],
         auth_limits: NamedDependency[AuthLimits],
     ) -> Response[dict[str, object]]:
-        """Sign up and log in. An email that is taken answers 409: without a mail round trip,
+        """Sign up and log in (under SIGNUP_MODE=approval, to the page that waits for an admin:
+        `state` is "pending"). An email that is taken answers 409: without a mail round trip,
         a sign-up that logs in at once cannot hide whether the address was free (README,
         "Security"), so sign-ups are limited per address like log-ins instead."""
-        # Refusals (a limit reached: 429; a taken email: 409; a weak password: 400) are answered
-        # by the app's exception map (app/domain/refusals.py).
+        # Refusals (a limit reached: 429; a taken email: 409; a weak password or a spent
+        # invitation: 400; sign-up closed: 403) are answered by the app's exception map
+        # (app/domain/refusals.py).
         await auth_limits.start_signup(client_address(request))
-        user = await accounts.create_user(sessions, data.email, data.password)
+        user = await _sign_up(sessions, settings.signup_mode, data)
         login(request, user)
         return Response(
             user_json(user),
@@ -92,10 +126,20 @@ class AuthController(Controller):
         if user is None:
             raise NotAuthorizedException("wrong email or password")
         await attempt.refund()
+        if user.state == UserState.DISABLED:  # said only to who knows the password
+            raise PermissionDeniedException("this account is disabled: ask an admin")
         login(request, user)
         return Response(
             user_json(user), cookies=[device_cookie(request, settings.secret_key, email)]
         )
+
+    @post("/auth/reset", status_code=HTTP_204_NO_CONTENT)
+    async def reset_password(
+        self, data: JSONBody[PasswordReset], sessions: NamedDependency[Sessions]
+    ) -> None:
+        """Set a new password with a one-time link an admin made; the user then logs in. Every
+        session of theirs ends and their API keys are revoked (app/domain/accounts/links.py)."""
+        await links.reset_password(sessions, data.token, data.password)
 
     @post("/auth/logout", status_code=HTTP_204_NO_CONTENT)
     async def logout(self, request: Request) -> None:

@@ -15,6 +15,7 @@ from litestar.handlers.base import BaseRouteHandler
 from app.db.session import Sessions
 from app.domain.accounts.authentication import SESSIONS_STATE_KEY
 from app.domain.accounts.dependencies import logged_in_user
+from app.domain.accounts.models import UserState
 
 
 async def logged_in(
@@ -36,5 +37,5 @@ async def admin_guard(
     user = await logged_in_user(connection, sessions)
     if user is None:
         raise NotAuthorizedException("log in first")
-    if not user.is_admin:
+    if not user.is_admin or user.state != UserState.ACTIVE:
         raise PermissionDeniedException("admins only")

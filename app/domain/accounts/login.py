@@ -17,6 +17,7 @@ from litestar.datastructures import Cookie
 from app.domain.accounts.models import User
 
 USER_KEY = "user_id"
+EPOCH_KEY = "epoch"  # the account's session_epoch at log-in: a raised one ends this session
 DEVICE_COOKIE = "device"
 DEVICE_MAX_AGE_S = 365 * 24 * 3600
 ROTATE = "streamchat.session_rotate"  # scope key: give the session a fresh id on the way out
@@ -32,7 +33,7 @@ def login(request: Request, user: User) -> None:
     the old id is dropped, so an id fixed before log-in names nothing after it (app/web/sessions.py).
     Admin rights are read from the database on every request, never kept in the session."""
     request.clear_session()
-    request.set_session({USER_KEY: str(user.id)})
+    request.set_session({USER_KEY: str(user.id), EPOCH_KEY: user.session_epoch})
     rotate(request)
 
 
@@ -40,7 +41,7 @@ def logout(request: Request) -> None:
     request.clear_session()
 
 
-def client_address(request: Request) -> str:
+def client_address(request: ASGIConnection) -> str:
     """The client's address. Behind nginx, uvicorn's proxy headers put the real client here from
     X-Forwarded-For, trusting only FORWARDED_ALLOW_IPS (127.0.0.1 unless set)."""
     return request.client.host if request.client else "unknown"

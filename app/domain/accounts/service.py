@@ -14,9 +14,9 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
-from app.domain.accounts import passwords
+from app.domain.accounts import links, passwords
 from app.domain.accounts.api_keys import generate_api_key, hash_api_key, looks_like_api_key
-from app.domain.accounts.models import ApiKey, User
+from app.domain.accounts.models import ApiKey, User, UserState
 from app.domain.errors import DomainError
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -34,6 +34,11 @@ class InvalidEmailError(DomainError, ValueError):
     """Not an email address."""
 
 
+class SignupClosedError(DomainError, PermissionError):
+    status = 403
+    message = "sign-up is closed: ask an admin for an account"
+
+
 def normalize_email(email: str) -> str:
     return email.strip().lower()
 
@@ -43,48 +48,58 @@ def _by_email(email: str) -> ColumnElement[bool]:
 
 
 async def create_user(
-    sessions: Sessions, email: str, password: str, *, is_admin: bool | None = None
+    sessions: Sessions,
+    email: str,
+    password: str,
+    *,
+    is_admin: bool | None = None,
+    state: UserState = UserState.ACTIVE,
+    invite: str | None = None,
+    only_first: bool = False,
 ) -> User:
-    """Create a user; with `is_admin=None` the first user of the instance becomes its admin.
+    """Create a user; with `is_admin=None` the first user of the instance becomes its admin
+    (active, whatever `state` says: an instance needs an admin who can approve the others).
 
-    Raises `EmailTakenError`, `InvalidEmailError` and `passwords.WeakPasswordError`. Sign-ups
-    racing on an empty instance all try to be the first admin, and the unique index on
-    `first_admin` lets exactly one of them; the others are created as ordinary users.
+    Anyone else is created in `state`; with `invite`, only by spending that invitation in the same
+    transaction (app/domain/accounts/links.py); with `only_first`, not at all (SIGNUP_MODE=closed).
+    Raises `EmailTakenError`, `InvalidEmailError`, `passwords.WeakPasswordError`,
+    `SignupClosedError` and `links.InvalidLinkError`. Sign-ups racing on an empty instance all
+    try to be the first admin, and the unique index on `first_admin` lets exactly one of them.
     """
     email = normalize_email(email)
     if "@" not in email:
         raise InvalidEmailError("an email address needs an @")
     passwords.check_password_strength(password)
     password_hash = await passwords.hash_password(password)
-    if is_admin is None and not await _any_user(sessions):
+    if is_admin is None and not await any_user(sessions):
         try:
-            return await _insert_user(sessions, email, password_hash, is_admin=True, first=True)
+            return await _insert_user(
+                sessions,
+                User(email=email, password_hash=password_hash, is_admin=True, first_admin=True),
+            )
         except IntegrityError:
             pass  # another sign-up was first (or the email is taken: the insert below says so)
-    return await _insert_user(sessions, email, password_hash, is_admin=bool(is_admin), first=False)
+    if only_first:
+        raise SignupClosedError()
+    user = User(email=email, password_hash=password_hash, is_admin=bool(is_admin), state=state)
+    return await _insert_user(sessions, user, invite=invite)
 
 
-async def _any_user(sessions: Sessions) -> bool:
+async def any_user(sessions: Sessions) -> bool:
     async with transaction(sessions) as session:
         return bool(await session.scalar(select(exists().select_from(User))))
 
 
-async def _insert_user(
-    sessions: Sessions, email: str, password_hash: str, *, is_admin: bool, first: bool
-) -> User:
-    user = User(
-        email=email,
-        password_hash=password_hash,
-        is_admin=is_admin,
-        first_admin=True if first else None,
-    )
+async def _insert_user(sessions: Sessions, user: User, *, invite: str | None = None) -> User:
     try:
         async with transaction(sessions) as session:
+            if invite is not None and not await links.use_invite(session, invite, user.email):
+                raise links.InvalidLinkError()
             session.add(user)
     except IntegrityError as exc:
-        if first:
+        if user.first_admin:
             raise
-        raise EmailTakenError(email) from exc
+        raise EmailTakenError(user.email) from exc
     return user
 
 
@@ -210,7 +225,11 @@ async def verify_api_key(sessions: Sessions, secret: str) -> User | None:
             await session.execute(
                 select(ApiKey, User)
                 .join(User, User.id == ApiKey.user_id)
-                .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
+                .where(
+                    ApiKey.key_hash == key_hash,
+                    ApiKey.revoked_at.is_(None),
+                    User.state == UserState.ACTIVE,  # a pending or disabled account's keys fail
+                )
             )
         ).one_or_none()
         if row is None:

@@ -6,24 +6,21 @@ import dataclasses
 from typing import Annotated, Any
 from uuid import UUID
 
-from litestar import Controller, Response, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import (
-    NotAuthorizedException,
     NotFoundException,
-    PermissionDeniedException,
 )
 from litestar.params import FromPath, QueryParameter
 
 from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
-from app.domain.admin.views import kill_reply, live_generations, message_row
+from app.domain.admin.acting import record_look
+from app.domain.admin.views import GUARDED, kill_reply, live_generations, message_row
 from app.domain.chat import export, reply_rows
 from app.domain.chat.archive_schemas import EXPORT_RESPONSE
 from app.domain.chat.replies import ReplyService
 from app.engine import Engine
-
-GUARDED = [NotAuthorizedException, PermissionDeniedException]  # no session; not an admin (or CSRF)
 
 
 class AdminApiController(Controller):
@@ -68,6 +65,7 @@ class AdminApiController(Controller):
     )
     async def export_conversation(
         self,
+        request: Request,
         sessions: NamedDependency[Sessions],
         conversation_id: FromPath[UUID],
         fmt: Annotated[export.ExportFormat, QueryParameter(name="format")] = "json",
@@ -76,5 +74,8 @@ class AdminApiController(Controller):
         rows = await export.conversation_rows(sessions, conversation_id, user_id=None)
         if rows is None:
             raise NotFoundException("no such conversation")
+        await record_look(
+            request, sessions, "export_conversation", rows[0].user_id, conversation_id
+        )
         file = export.render(*rows, fmt)
         return Response(file.body, media_type=file.media_type, headers=file.headers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from litestar import Controller, get, post
+from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, FromQuery
@@ -15,6 +15,7 @@ from app.db.session import Sessions
 from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
+from app.domain.admin.acting import record_look
 from app.domain.admin.charts import histogram_svg, ratings_per_day_svg, states_over_time_svg
 from app.domain.admin.tree_view import conversation_tree
 from app.domain.admin.views import kill_reply, live_generations
@@ -132,11 +133,14 @@ class AdminPages(Controller):
 
     @get("/conversations/{conversation_id:uuid}")
     async def conversation(
-        self, sessions: NamedDependency[Sessions], conversation_id: FromPath[UUID]
+        self, request: Request, sessions: NamedDependency[Sessions], conversation_id: FromPath[UUID]
     ) -> Template:
         conversation = await queries.get_conversation_unscoped(sessions, conversation_id)
         if conversation is None:
             raise NotFoundException("no such conversation")
+        await record_look(
+            request, sessions, "view_conversation", conversation.user_id, conversation_id
+        )
         messages = await queries.admin_list_messages(sessions, conversation_id)
         owner = await accounts.get_user(sessions, conversation.user_id)
         chosen = await chat_settings.for_conversation(sessions, conversation_id)

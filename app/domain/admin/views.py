@@ -7,6 +7,7 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 
 from app.domain.chat import reply_rows
 from app.domain.chat.models import Message
@@ -14,6 +15,8 @@ from app.domain.chat.replies import ReplyService
 from app.domain.chat.schemas import MessageResponse
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
+
+GUARDED = [NotAuthorizedException, PermissionDeniedException]  # no session; not an admin (or CSRF)
 
 
 def stream_health_warning(message: Message) -> str | None:

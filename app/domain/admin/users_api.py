@@ -1,0 +1,208 @@
+"""The admin API for accounts (`/admin/api/users`, `/admin/api/invitations`, `/admin/api/audit`):
+what the users page does, as JSON. Every change goes through app/domain/accounts/management.py
+(one transaction with its audit entry; the last active admin stays one)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+import msgspec
+from litestar import Controller, Request, delete, get, post, put
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
+
+from app.db.session import Sessions
+from app.domain.accounts import audit, links, management
+from app.domain.accounts import service as accounts
+from app.domain.accounts.dependencies import provide_user
+from app.domain.accounts.guards import admin_guard
+from app.domain.accounts.models import User
+from app.domain.accounts.service import EmailTakenError
+from app.domain.admin import user_queries
+from app.domain.admin.acting import actor, changed
+from app.domain.admin.user_views import (
+    PAGE_SIZE,
+    account_json,
+    entry_json,
+    iso,
+    parse_state,
+    row_json,
+    search_text,
+)
+from app.domain.admin.views import GUARDED
+from app.domain.refusals import documented
+
+# 400 (a bad parameter or body) is in every route's document already (Litestar's validation);
+# one entry per status, or the document's `oneOf` matches an error twice.
+CHANGE_RAISES = [*GUARDED, *documented(management.UserNotFoundError, management.LastAdminError)]
+
+
+class NewUser(msgspec.Struct, forbid_unknown_fields=True):
+    email: Annotated[str, msgspec.Meta(min_length=3, max_length=320)]
+    password: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+    is_admin: bool = False
+
+
+class Role(msgspec.Struct, forbid_unknown_fields=True):
+    is_admin: bool
+
+
+class NewInvitation(msgspec.Struct, forbid_unknown_fields=True):
+    email: Annotated[str, msgspec.Meta(max_length=320)] | None = None  # only this email may use it
+
+
+class AdminUsersApi(Controller):
+    path = "/admin/api"
+    guards = [admin_guard]
+    tags = ["admin"]
+    dependencies = {"user": Provide(provide_user)}  # the acting admin
+
+    @get("/users", raises=GUARDED)
+    async def list_users(
+        self,
+        sessions: NamedDependency[Sessions],
+        q: Annotated[str | None, QueryParameter(max_length=320)] = None,
+        wanted: Annotated[str | None, QueryParameter(name="state", max_length=16)] = None,
+        page: Annotated[int, QueryParameter(ge=1, le=1_000_000)] = 1,
+    ) -> dict[str, Any]:
+        rows, total = await user_queries.list_users(
+            sessions,
+            search=search_text(q, "q"),
+            state=parse_state(wanted),
+            limit=PAGE_SIZE,
+            offset=(page - 1) * PAGE_SIZE,
+        )
+        return {"users": [row_json(r) for r in rows], "total": total, "page": page}
+
+    @post("/users", status_code=HTTP_201_CREATED, raises=[*GUARDED, *documented(EmailTakenError)])
+    async def create_user(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        data: JSONBody[NewUser],
+    ) -> dict[str, Any]:
+        """Make an account (any SIGNUP_MODE; the way in under `closed`), active at once."""
+        created = await accounts.create_user(
+            sessions, data.email, data.password, is_admin=data.is_admin
+        )
+        await audit.record_now(sessions, actor(request, user), "create", created)
+        return account_json(created)
+
+    @post("/users/{user_id:uuid}/approve", status_code=200, raises=CHANGE_RAISES)
+    async def approve(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+    ) -> dict[str, Any]:
+        done = await management.approve(sessions, actor(request, user), user_id)
+        changed(request, user_id)
+        return account_json(done)
+
+    @post("/users/{user_id:uuid}/disable", status_code=200, raises=CHANGE_RAISES)
+    async def disable(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+    ) -> dict[str, Any]:
+        done = await management.disable(sessions, actor(request, user), user_id)
+        changed(request, user_id)
+        return account_json(done)
+
+    @post("/users/{user_id:uuid}/enable", status_code=200, raises=CHANGE_RAISES)
+    async def enable(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+    ) -> dict[str, Any]:
+        done = await management.enable(sessions, actor(request, user), user_id)
+        changed(request, user_id)
+        return account_json(done)
+
+    @put("/users/{user_id:uuid}/role", raises=CHANGE_RAISES)
+    async def set_role(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+        data: JSONBody[Role],
+    ) -> dict[str, Any]:
+        done = await management.set_role(sessions, actor(request, user), user_id, data.is_admin)
+        return account_json(done)
+
+    @post("/users/{user_id:uuid}/logout", status_code=200, raises=CHANGE_RAISES)
+    async def logout_everywhere(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+    ) -> dict[str, Any]:
+        done = await management.end_sessions(sessions, actor(request, user), user_id)
+        changed(request, user_id)
+        return account_json(done)
+
+    @post("/users/{user_id:uuid}/reset-link", status_code=HTTP_201_CREATED, raises=CHANGE_RAISES)
+    async def reset_link(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+    ) -> dict[str, Any]:
+        """A one-time password-reset link to hand over; the secret is never available again."""
+        target, secret = await links.create_reset_link(sessions, actor(request, user), user_id)
+        return {"user_id": str(target.id), "path": f"/reset#token={secret}"}
+
+    @delete("/users/{user_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=CHANGE_RAISES)
+    async def delete_user(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+    ) -> None:
+        await management.delete_user(sessions, actor(request, user), user_id)
+        changed(request, user_id)
+
+    @post("/invitations", status_code=HTTP_201_CREATED, raises=GUARDED)
+    async def invite(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        data: JSONBody[NewInvitation],
+    ) -> dict[str, Any]:
+        """A single-use invitation link (SIGNUP_MODE=invite), optionally for one email."""
+        token, secret = await links.create_invite(sessions, actor(request, user), data.email)
+        return {
+            "path": f"/signup#invite={secret}",
+            "email": token.email,
+            "expires_at": iso(token.expires_at),
+        }
+
+    @get("/audit", raises=GUARDED)
+    async def audit_log(
+        self,
+        sessions: NamedDependency[Sessions],
+        action: Annotated[str | None, QueryParameter(max_length=40)] = None,
+        who: Annotated[str | None, QueryParameter(max_length=320)] = None,
+        page: Annotated[int, QueryParameter(ge=1, le=1_000_000)] = 1,
+    ) -> dict[str, Any]:
+        """The audit log, newest first; `who` matches the actor's or the target's email or id."""
+        filters = audit.AuditFilter(
+            action=search_text(action, "action"), user=search_text(who, "who")
+        )
+        entries, total = await audit.list_entries(
+            sessions, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+        )
+        return {"entries": [entry_json(e) for e in entries], "total": total, "page": page}

@@ -1,0 +1,191 @@
+"""Running it for a team (issue 24 items 1, 2, 6), against a real server on SQLite and PostgreSQL
+under SIGNUP_MODE=approval: pending accounts, the admin API for users, sessions and API keys that
+stop working within a second of a change, reset links, the last admin, and the audit log.
+
+The synthetic engine: the replies are not the point."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.live_server import (
+    TEST_PASSWORD,
+    LiveServer,
+    PageClient,
+    running_server,
+    server_env,
+    throwaway_database,
+)
+
+EFFECTIVE_S = 1.5  # the access cache re-reads an account at most once a second
+
+
+@pytest.fixture(scope="module")
+def server(module_dir: Path, backend: str) -> Iterator[LiveServer]:
+    with throwaway_database(backend, module_dir / "team") as url:
+        env = server_env("synthetic", url, module_dir, SIGNUP_MODE="approval")
+        with running_server(env, module_dir / "team-server.log") as live:
+            yield live
+
+
+@pytest.fixture(scope="module")
+def admin(server: LiveServer) -> Iterator[PageClient]:
+    client = PageClient(server.url)
+    assert client.signup("admin@example.com")["state"] == "active"  # the first: admin at once
+    yield client
+    client.close()
+
+
+def within(seconds: float, check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def new_user(server: LiveServer, email: str) -> tuple[PageClient, dict[str, Any]]:
+    client = PageClient(server.url)
+    return client, client.signup(email)
+
+
+def test_a_new_account_waits_for_approval_then_works(server: LiveServer, admin: PageClient) -> None:
+    bob, signed_up = new_user(server, "bob@example.com")
+    assert signed_up["state"] == "pending"
+    page = bob.http.get("/")
+    assert page.status_code == 200 and "Waiting for an admin" in page.text
+    assert bob.http.get("/api/me").status_code == 401
+    assert bob.post("/api/keys", {"name": "k"}).status_code == 401
+    assert bob.http.get("/api/conversations").status_code == 401
+
+    listed = admin.http.get("/admin/api/users", params={"state": "pending"}).json()
+    assert [u["email"] for u in listed["users"]] == ["bob@example.com"]
+    approved = admin.post(f"/admin/api/users/{signed_up['id']}/approve")
+    assert approved.status_code == 200 and approved.json()["state"] == "active"
+    again = admin.post(f"/admin/api/users/{signed_up['id']}/approve")
+    assert again.status_code == 409
+    assert within(EFFECTIVE_S, lambda: bob.http.get("/api/me").status_code == 200)
+    assert "Waiting for an admin" not in bob.http.get("/").text
+    bob.close()
+
+
+def test_disabling_ends_sessions_and_keys_and_refuses_log_in(
+    server: LiveServer, admin: PageClient
+) -> None:
+    carol, signed_up = new_user(server, "carol@example.com")
+    admin.post(f"/admin/api/users/{signed_up['id']}/approve").raise_for_status()
+    assert within(EFFECTIVE_S, lambda: carol.http.get("/api/me").status_code == 200)
+    key = carol.post("/api/keys", {"name": "k"}).json()["secret"]
+    bearer = {"authorization": f"Bearer {key}"}
+    assert httpx.get(f"{server.url}/v1/models", headers=bearer).status_code == 200
+
+    disabled = admin.post(f"/admin/api/users/{signed_up['id']}/disable")
+    assert disabled.status_code == 200 and disabled.json()["state"] == "disabled"
+    assert within(EFFECTIVE_S, lambda: carol.http.get("/api/me").status_code == 401)
+    assert httpx.get(f"{server.url}/v1/models", headers=bearer).status_code == 401
+    carol.http.cookies.clear()
+    refused = carol.post(
+        "/api/auth/login", {"email": "carol@example.com", "password": TEST_PASSWORD}
+    )
+    assert refused.status_code == 403 and "disabled" in refused.json()["detail"]
+    wrong = carol.post("/api/auth/login", {"email": "carol@example.com", "password": "nope nope"})
+    assert wrong.status_code == 401  # the state is said only to who knows the password
+
+    admin.post(f"/admin/api/users/{signed_up['id']}/enable").raise_for_status()
+    assert carol.login("carol@example.com")["state"] == "active"
+    assert httpx.get(f"{server.url}/v1/models", headers=bearer).status_code == 401  # revoked
+
+    entries = admin.http.get("/admin/api/audit", params={"who": "carol@example.com"}).json()
+    actions = [e["action"] for e in entries["entries"]]
+    assert actions == ["enable", "disable", "approve"]
+    assert all(e["actor_email"] == "admin@example.com" for e in entries["entries"])
+    assert all(e["address"] == "127.0.0.1" for e in entries["entries"])
+    carol.close()
+
+
+def test_a_reset_link_sets_a_new_password_once_and_ends_sessions(
+    server: LiveServer, admin: PageClient
+) -> None:
+    dave, signed_up = new_user(server, "dave@example.com")
+    admin.post(f"/admin/api/users/{signed_up['id']}/approve").raise_for_status()
+    assert within(EFFECTIVE_S, lambda: dave.http.get("/api/me").status_code == 200)
+    made = admin.post(f"/admin/api/users/{signed_up['id']}/reset-link")
+    assert made.status_code == 201
+    path = made.json()["path"]
+    assert path.startswith("/reset#token=")
+    token = path.split("=", 1)[1]
+    anonymous = PageClient(server.url)
+    new_password = "a fresh passphrase for dave"
+    assert (
+        anonymous.post("/api/auth/reset", {"token": token, "password": new_password}).status_code
+        == 204
+    )
+    assert (
+        anonymous.post("/api/auth/reset", {"token": token, "password": new_password}).status_code
+        == 400
+    )
+    assert within(EFFECTIVE_S, lambda: dave.http.get("/api/me").status_code == 401)
+    assert dave.login("dave@example.com", new_password)["state"] == "active"
+    anonymous.close()
+    dave.close()
+
+
+def test_the_last_admin_keeps_the_role_and_users_cannot_reach_admin_routes(
+    server: LiveServer, admin: PageClient
+) -> None:
+    me = admin.http.get("/api/me").json()["id"]
+    for refused in (
+        admin.http.put(
+            f"/admin/api/users/{me}/role", json={"is_admin": False}, headers=admin.csrf_headers()
+        ),
+        admin.post(f"/admin/api/users/{me}/disable"),
+        admin.http.delete(f"/admin/api/users/{me}", headers=admin.csrf_headers()),
+    ):
+        assert refused.status_code == 409, refused.text
+        assert "last active admin" in refused.json()["detail"]
+    # Writes need the CSRF header, as everywhere.
+    no_csrf = admin.http.post(f"/admin/api/users/{me}/logout")
+    assert no_csrf.status_code == 403
+
+    erin, signed_up = new_user(server, "erin@example.com")
+    admin.post(f"/admin/api/users/{signed_up['id']}/approve").raise_for_status()
+    assert within(EFFECTIVE_S, lambda: erin.http.get("/api/me").status_code == 200)
+    for path in ("/admin/api/users", "/admin/api/audit", "/admin/users", "/admin/audit"):
+        assert erin.http.get(path).status_code == 403, path
+    assert erin.post(f"/admin/api/users/{me}/disable").status_code == 403
+    assert erin.post("/admin/api/invitations", {}).status_code == 403
+    erin.close()
+
+
+def test_an_admin_opening_a_conversation_is_audited_and_delete_keeps_the_log(
+    server: LiveServer, admin: PageClient
+) -> None:
+    fay, signed_up = new_user(server, "fay@example.com")
+    admin.post(f"/admin/api/users/{signed_up['id']}/approve").raise_for_status()
+    assert within(EFFECTIVE_S, lambda: fay.http.get("/api/me").status_code == 200)
+    conversation = fay.new_conversation()
+    assert admin.http.get(f"/admin/conversations/{conversation}").status_code == 200
+    assert admin.http.get(f"/admin/api/conversations/{conversation}/export").status_code == 200
+
+    deleted = admin.http.delete(f"/admin/api/users/{signed_up['id']}", headers=admin.csrf_headers())
+    assert deleted.status_code == 204
+    assert within(EFFECTIVE_S, lambda: fay.http.get("/api/me").status_code == 401)
+    assert admin.http.get(f"/admin/conversations/{conversation}").status_code == 404
+    entries = admin.http.get("/admin/api/audit", params={"who": signed_up["id"]}).json()
+    assert [e["action"] for e in entries["entries"]] == [
+        "delete",
+        "export_conversation",
+        "view_conversation",
+        "approve",
+    ]
+    assert all(e["target_email"] == "fay@example.com" for e in entries["entries"])
+    page = admin.http.get("/admin/audit", params={"who": "fay@example.com"})
+    assert page.status_code == 200 and page.text.count('data-testid="audit-entry"') == 4
+    fay.close()
