@@ -53,7 +53,7 @@ from app.domain.chat.schemas import (
 )
 from app.domain.errors import UnavailableError
 from app.domain.refusals import ConflictError, documented
-from app.domain.sse import sse_response
+from app.domain.sse import LONG_LIVED, sse_response
 
 
 class ServerSentEvent(msgspec.Struct):
@@ -186,6 +186,7 @@ class ConversationController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=START_REPLY,
+        opt=LONG_LIVED,
     )
     async def send(
         self,
@@ -225,6 +226,7 @@ class MessageController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=[*START_REPLY, ConflictError],
+        opt=LONG_LIVED,
     )
     async def regenerate(
         self,
@@ -244,6 +246,7 @@ class MessageController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=[*START_REPLY, ConflictError],
+        opt=LONG_LIVED,
     )
     async def edit(
         self,
@@ -256,7 +259,7 @@ class MessageController(Controller):
         events. The old version and its replies stay, one switch away."""
         return event_stream(await replies.edit(user.id, message_id, data, transport="sse"))
 
-    @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
+    @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE, opt=LONG_LIVED)
     async def cancel(
         self,
         replies: NamedDependency[ReplyService],
