@@ -24,6 +24,7 @@ import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
 import { Sidebar } from "./sidebar.js";
+import { TopbarMenu } from "./topbar-menu.js";
 import { hearOtherTabs } from "./tab-sync.js";
 import { messageNodes, Versions } from "./thread.js";
 import { TransportChoice } from "./transport-choice.js";
@@ -53,6 +54,8 @@ const transport = new TransportChoice($("#transport"), (name) => {
 
 // ---------------------------------------------------------------------------------------------
 // The components
+
+new TopbarMenu({ button: $("#topbar-more"), panel: $("#topbar-tools") });
 
 const sidebar = new Sidebar({
   toggle: $("#sidebar-toggle"),
