@@ -84,6 +84,9 @@ WRITE_ONE = [*WRITE, *documented(NotFoundError, conversations.ConversationNotFou
 START_REPLY = [*WRITE_ONE, *documented(UnavailableError)]
 
 
+PAGE, MAX_PAGE = 100, 500
+"""Messages per page of GET /api/conversations/{id}: by default, and at most."""
+
 CANCEL_WAIT_S = 5.0
 """How long POST .../cancel waits for the reply's end to be saved before answering."""
 
@@ -129,15 +132,21 @@ class ConversationController(Controller):
         push.publish(user.id, ConversationCreated(created.id, created.title))
         return created
 
-    @get("/{conversation_id:uuid}", raises=READ_ONE)
+    @get("/{conversation_id:uuid}", raises=[*READ_ONE, ConflictError])
     async def read(
         self,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
+        before: Annotated[UUID | None, QueryParameter()] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = PAGE,
     ) -> ConversationWithMessages:
+        """The conversation with the newest `limit` messages of the branch shown (oldest first),
+        or the `limit` before the message `before`; `earlier` counts the messages before them.
+        A huge conversation thus arrives, and is drawn, a page at a time (409: `before` is not on
+        the branch shown any more)."""
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
-        return ConversationWithMessages.of_thread(thread)
+        return ConversationWithMessages.of_thread(thread, thread.page(before, limit))
 
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(
