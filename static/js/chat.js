@@ -18,6 +18,7 @@ import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversati
 import { $, announcer } from "./dom.js";
 import { findAndKeep } from "./find-and-keep.js";
 import { MessageList } from "./message-list.js";
+import { OlderMessages, RENDER_STEP } from "./older-messages.js";
 import { watchConnectivity } from "./net-status.js";
 import { loadRatings } from "./rating.js";
 import { SettingsPanel } from "./settings-panel.js";
@@ -91,6 +92,13 @@ const messages = new MessageList({
   empty: $("#empty-state"),
   jump: $("#jump-latest"),
   onJump: () => composer.focus(),
+});
+
+const older = new OlderMessages({
+  list: messages,
+  render: (rows) => messageNodes(rows, null).nodes,
+  onDrawn: (id) => loadRatings(id, messages.el).catch(() => {}), // the replies just drawn
+  onStale: (id) => id === conversations.currentId && openConversation(id),
 });
 
 const composer = new Composer({
@@ -177,7 +185,7 @@ const versions = new Versions({
   announce,
   onShown(id, data) {
     loadSeq++; // a load still in flight would show the branch as it was
-    showMessages(id, data);
+    showMessages(id, data, { atLeast: messages.el.querySelectorAll("[data-testid=message]").length });
     loadRatings(id, messages.el).catch(() => {}); // the replies just shown are new views
   },
 });
@@ -229,6 +237,7 @@ function showNoConversation() {
   exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
   messages.show();
+  older.reset(null, [], 0);
   conversations.render();
   showLive();
 }
@@ -251,15 +260,20 @@ async function newChat() {
   composer.focus();
 }
 
-/** Show a loaded conversation's messages; returns the views of replies still being written. */
-function showMessages(id, data) {
+/** Show a loaded conversation's messages, the newest first (older-messages.js draws the rest as
+ * the reader scrolls up; `atLeast`: as many as were drawn before); returns the views of replies
+ * still being written. */
+function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
   if (data.title && conv) {
     conv.title = data.title;
     setTitle(conversationTitle(conv));
   }
-  const { nodes, toResume } = messageNodes(data.messages || [], replies.liveFor(id));
+  const rows = data.messages || [];
+  const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
+  const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
   messages.show(nodes);
+  older.reset(id, rows.slice(0, split), data.earlier || 0, rows[split]?.id);
   return toResume;
 }
 
@@ -276,6 +290,7 @@ async function openConversation(id, { fresh = false } = {}) {
   composer.showError("");
   if (fresh) {
     messages.show();
+    older.reset(id, [], 0);
     return;
   }
   let data;
