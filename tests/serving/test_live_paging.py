@@ -44,3 +44,35 @@ def test_a_long_conversation_comes_a_page_at_a_time(alice: PageClient, bob: Page
     assert alice.http.get(path, params={"limit": 0}).status_code == 400
     assert alice.http.get(path, params={"limit": 501}).status_code == 400
     assert bob.http.get(path).status_code == 404
+
+
+def test_the_conversation_list_comes_a_page_at_a_time(alice: PageClient) -> None:
+    for _ in range(120):
+        alice.new_conversation()
+    everything = alice.http.get("/api/conversations", params={"limit": 500}).json()
+    assert len(everything) >= 120
+    first = alice.http.get("/api/conversations").json()
+    assert first == everything[:100]  # no parameters: the newest 100, as before
+
+    pages, page = [first], first
+    while len(page) == 50 or page is first:
+        last = page[-1]
+        params = {"after": last["updated_at"], "after_id": last["id"], "limit": 50}
+        page = alice.http.get("/api/conversations", params=params).json()
+        pages.append(page)
+    listed = [c for p in pages for c in p]
+    assert listed == everything
+
+    # A conversation that moves to the top meanwhile shifts no page.
+    alice.http.patch(
+        f"/api/conversations/{everything[-1]['id']}",
+        json={"title": "moved up"},
+        headers=alice.csrf_headers(),
+    ).raise_for_status()
+    last = first[-1]
+    params = {"after": last["updated_at"], "after_id": last["id"], "limit": 500}
+    rest = alice.http.get("/api/conversations", params=params).json()
+    assert [c["id"] for c in rest] == [c["id"] for c in everything[100:-1]]
+
+    half = alice.http.get("/api/conversations", params={"after": last["updated_at"]})
+    assert half.status_code == 400, half.text

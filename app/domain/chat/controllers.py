@@ -9,6 +9,7 @@ errors, answered by the app's exception map).
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -51,7 +52,7 @@ from app.domain.chat.schemas import (
     ShowBranch,
     StopResult,
 )
-from app.domain.errors import UnavailableError
+from app.domain.errors import InvalidInputError, UnavailableError
 from app.domain.refusals import ConflictError, documented
 from app.domain.sse import LONG_LIVED, sse_response
 
@@ -85,7 +86,8 @@ START_REPLY = [*WRITE_ONE, *documented(UnavailableError)]
 
 
 PAGE, MAX_PAGE = 100, 500
-"""Messages per page of GET /api/conversations/{id}: by default, and at most."""
+"""Messages per page of GET /api/conversations/{id}, and conversations per page of the list: by
+default, and at most."""
 
 CANCEL_WAIT_S = 5.0
 """How long POST .../cancel waits for the reply's end to be saved before answering."""
@@ -110,11 +112,26 @@ def last_event_id(request: Request, after: int | None) -> int:
 class ConversationController(Controller):
     path = "/conversations"
 
-    @get("/", raises=READ)
+    @get("/", raises=[*READ, *documented(InvalidInputError)])
     async def list_conversations(
-        self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        after: Annotated[datetime | None, QueryParameter()] = None,
+        after_id: Annotated[UUID | None, QueryParameter()] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = PAGE,
     ) -> list[ConversationResponse]:
-        rows = await conversations.list_conversations(sessions, user.id, source="page")
+        """The newest `limit` conversations; with `after` and `after_id` (the `updated_at` and
+        `id` of the last one listed), the `limit` after it: the sidebar's next page."""
+        if (after is None) != (after_id is None):
+            raise InvalidInputError("give after and after_id together (the last one listed)")
+        rows = await conversations.list_conversations(
+            sessions,
+            user.id,
+            source="page",
+            limit=limit,
+            after=None if after is None or after_id is None else (after, after_id),
+        )
         return [ConversationResponse.of(c) for c in rows]
 
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
