@@ -1,4 +1,5 @@
-"""A huge conversation opens smoothly (issue 22, item 9), in Chromium against the real model.
+"""Conversations that last (issue 22), in Chromium against the real model: a huge conversation
+opens smoothly (item 9), and a user with hundreds of conversations reaches them all (item 8).
 
 An imported 2,000-message conversation (Markdown replies with code blocks) is opened; the page
 draws its newest messages first and older ones as the reader scrolls up, then a reply streams
@@ -95,3 +96,39 @@ def test_a_2000_message_conversation_opens_and_streams_with_no_long_task(
     tasks = long_tasks(page)
     print(f"\nlong tasks (start ms, duration ms): {tasks}; drawn at open: {drawn_at_open}")
     assert [t for t in tasks if t[1] > LONG_TASK_MS] == [], tasks
+
+
+def test_300_conversations_scroll_to_the_oldest_and_open_by_address(
+    new_user: Callable[..., User],
+) -> None:
+    """Issue 22, item 8 (the list): the sidebar lists the newest 100 and loads older pages as it
+    is scrolled, to the very first; an old one's address opens it even before it is listed."""
+    user = new_user("many")
+    page, request = user.page, user.context.request
+    headers = csrf_headers(user.context, request)
+    ids = []
+    for n in range(300):
+        created = request.post(
+            "/api/conversations", data={"title": f"Chat {n:03}"}, headers=headers
+        )
+        assert created.status == 201, created.text()
+        ids.append(created.json()["id"])
+
+    page.goto(f"/#{ids[0]}")  # the oldest, not in the first page
+    expect(page.locator("#app")).to_have_attribute("data-ready", "true", timeout=15_000)
+    expect(page.get_by_test_id("conversation-title")).to_have_text("Chat 000")
+
+    items = page.get_by_test_id("conversation")
+    expect(items.first).to_have_text("Chat 299")
+    nav = page.locator("#conversation-nav")
+    for _ in range(10):
+        if items.count() >= 300:
+            break
+        nav.evaluate("(el) => { el.scrollTop = el.scrollHeight; }")
+        page.wait_for_timeout(300)
+    expect(items).to_have_count(300)
+    expect(items.last).to_have_text("Chat 000")
+    nav.evaluate("(el) => { el.scrollTop = el.scrollHeight; }")  # the end: nothing older
+    expect(page.get_by_test_id("older-conversations")).to_be_hidden()
+    titles = items.locator(".conv-title-text").all_text_contents()
+    assert titles == [f"Chat {n:03}" for n in reversed(range(300))]

@@ -68,6 +68,7 @@ const sidebar = new Sidebar({
 const conversations = new ConversationList({
   list: $("#conversation-list"),
   empty: $("#conversations-empty"),
+  older: $("#older-conversations"),
   confirm: $("#confirm-dialog"),
   isLive: (id) => !!replies.liveFor(id) || sync.isLive(id),
   announce,
@@ -265,10 +266,8 @@ async function newChat() {
  * still being written. */
 function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
-  if (data.title && conv) {
-    conv.title = data.title;
-    setTitle(conversationTitle(conv));
-  }
+  if (conv && data.title) conv.title = data.title;
+  if (data.title) setTitle(data.title); // (not listed yet: an old one, opened by its address)
   const rows = data.messages || [];
   const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
@@ -318,15 +317,20 @@ async function openConversation(id, { fresh = false } = {}) {
 
 async function loadConversations() {
   try {
-    conversations.items = (await api.get("/api/conversations")) || [];
+    await conversations.load();
   } catch (err) {
     conversations.showLoadError(`Could not load conversations: ${err.detail || err.message}`);
     return;
   }
   conversations.render();
   const wanted = conversationIdFromHash(location.hash);
-  const pick = conversations.find(wanted) || conversations.items[0];
-  if (pick) await openConversation(pick.id);
+  // An old conversation, past the list's first page, opens by its address all the same.
+  let pick = conversations.find(wanted)?.id;
+  if (!pick && wanted) {
+    pick = await api.get(`/api/conversations/${enc(wanted)}?limit=1`).then(() => wanted, () => null);
+  }
+  pick ||= conversations.items[0]?.id;
+  if (pick) await openConversation(pick);
   else showNoConversation();
 }
 
