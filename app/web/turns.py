@@ -3,14 +3,15 @@ handled at once; the others wait here, before they cost anything else.
 
 Without it, one user's burst (a script, a stuck retry loop: 400 writes at once) fills the event
 loop with 400 handlers, takes every pooled database connection and queues on SQLite's one write
-lock, and another user's request waits seconds behind it (measured: 3.5 s; with this, tens of ms:
-tests/serving/test_live_write_bursts.py). Waiting in line costs the burst's own requests a little
-latency each, and nobody else anything.
+lock, and another user's request waits seconds behind it (measured by
+tests/serving/test_live_write_bursts.py, 400 writes at once: another user's POST took up to 1.3 s
+on SQLite and 4.3 s on PostgreSQL; with turns, at most 0.3 s and 0.17 s, 13-19 ms at the median).
+Waiting in line costs the burst's own requests a little latency each, and nobody else anything.
 
 Only short requests take turns: reads (GET, HEAD, OPTIONS) are not limited, nor routes whose
 answer lasts as long as a reply (their `opt` is app/domain/sse.py's `LONG_LIVED`: the page's
-sends and Stop; the WebSocket is not HTTP), nor requests without a session user (`/v1` authenticates by API key further in, and
-its replies are limited per user by the reply service).
+sends and Stop; the WebSocket is not HTTP), nor requests without a session user (`/v1`
+authenticates by API key further in, and the reply service limits its replies per user).
 """
 
 from __future__ import annotations
