@@ -6,6 +6,8 @@
 - Similar first messages give distinct, readable titles (cut at a word, "…", " (2)"), whole on hover.
 - The admin console fits a phone (its table scrolls in its own box), names the time zone of its
   times, and writes durations as the page does ("9.8 s", not "9832 ms").
+- The chat's top bar fits from a 320 px phone up, its less-used controls in a "⋯" menu (issue 22,
+  item 10).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Route, WebSocketRoute, expect
 
+from e2e.axe import assert_accessible
 from e2e.conftest import User
 from e2e.helpers import (
     RUNS_TO_THE_LIMIT,
     STORY,
     ChatPage,
     ask_for_longer_replies,
+    screenshot,
     wait_engine_idle,
 )
 
@@ -206,3 +210,74 @@ def test_the_admin_console_fits_a_phone_and_names_its_time_zone(
     if ms < 60_000:
         expected = f"{round(ms)} ms" if round(ms) < 1000 else f"{round(ms / 100) / 10:.1f} s"
         assert shown == expected, (ms, shown)
+
+
+TOPBAR_FIT = """() => {
+  const bar = document.querySelector(".topbar");
+  const width = document.documentElement.clientWidth;
+  const shown = [...bar.querySelectorAll("button, select, summary, h1, .model-name")]
+    .filter((el) => el.getClientRects().length > 0);
+  return { width, bar: [bar.scrollWidth, bar.clientWidth], page: document.documentElement.scrollWidth,
+           outside: shown.filter((el) => { const r = el.getBoundingClientRect();
+                                           return r.left < 0 || r.right > width + 0.5; })
+                         .map((el) => el.id || el.dataset.testid || el.tagName) };
+}"""
+
+
+@pytest.mark.parametrize("width", [320, 390, 1280])
+def test_the_top_bar_fits_from_a_small_phone_up(new_user: Callable[..., User], width: int) -> None:
+    """Issue 22, item 10: nothing in the bar runs off the edge; on a phone Export, Settings, the
+    transport and the theme are one "⋯" away, by pointer and by keyboard, and pass axe."""
+    page = new_user(f"phone-{width}").page
+    page.set_viewport_size({"width": width, "height": 720})
+    chat = ChatPage(page).open()
+    chat.wait_done(chat.send("Say hi."))  # a conversation, so that Export is offered
+    more, tools = page.get_by_test_id("topbar-more"), page.get_by_test_id("topbar-tools")
+
+    fit = page.evaluate(TOPBAR_FIT)
+    assert fit["bar"][0] <= fit["bar"][1] and fit["page"] <= fit["width"], fit
+    assert fit["outside"] == [], fit
+    screenshot(page, f"topbar-{width}")
+
+    if width >= 1280:  # everything in the bar; no menu
+        expect(more).to_be_hidden()
+        for control in ("export", "open-settings", "transport", "theme-toggle"):
+            expect(page.get_by_test_id(control)).to_be_visible()
+        return
+
+    expect(more).to_be_visible()
+    expect(more).to_have_attribute("aria-expanded", "false")
+    expect(tools).to_be_hidden()
+    more.click()
+    expect(more).to_have_attribute("aria-expanded", "true")
+    for control in ("export", "open-settings", "transport", "theme-toggle"):
+        expect(page.get_by_test_id(control)).to_be_visible()
+    fit = page.evaluate(TOPBAR_FIT)
+    assert fit["outside"] == [] and fit["page"] <= fit["width"], fit
+    screenshot(page, f"topbar-{width}-menu")
+    assert_accessible(page, f"chat, {width} px, the top bar's menu open")
+
+    # A control in the menu works, and closes it: Settings opens its dialog.
+    page.get_by_test_id("open-settings").click()
+    expect(page.get_by_test_id("settings-panel")).to_be_visible()
+    expect(tools).to_be_hidden()
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("settings-panel")).to_be_hidden()
+
+    # By keyboard: the button opens it, Tab walks in, Escape closes it back onto the button.
+    more.focus()
+    page.keyboard.press("Enter")
+    expect(tools).to_be_visible()
+    page.keyboard.press("Tab")
+    assert page.evaluate(
+        "() => document.getElementById('topbar-tools').contains(document.activeElement)"
+    )
+    page.keyboard.press("Escape")
+    expect(tools).to_be_hidden()
+    expect(more).to_be_focused()
+    expect(more).to_have_attribute("aria-expanded", "false")
+    # The transport choice still works from the menu, and a click outside closes it.
+    page.keyboard.press("Space")
+    chat.use_transport("ws")
+    page.get_by_test_id("messages").click(position={"x": 5, "y": 5})
+    expect(tools).to_be_hidden()

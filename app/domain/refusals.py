@@ -21,11 +21,14 @@ from litestar.exceptions import (
 )
 from litestar.status_codes import HTTP_409_CONFLICT
 
+from app.db.session import DatabaseBusyError
 from app.domain.errors import DomainError
 
-DOMAIN_ERRORS: tuple[type[Exception], ...] = (DomainError,)
+DOMAIN_ERRORS: tuple[type[Exception], ...] = (DomainError, DatabaseBusyError)
 """The classes the transports install their handlers for: Litestar finds a handler by walking the
-error's MRO (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py)."""
+error's MRO (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py).
+`DatabaseBusyError` is the database layer's (which knows nothing of clients): a database that
+stayed locked is the server's state, not a bug, so a 503 that says when to try again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,8 @@ def refusal_for(exc: BaseException) -> Refusal | None:
     """What a domain error means for the client; None for anything else (a bug: a 500)."""
     if isinstance(exc, DomainError):
         return Refusal(exc.status, exc.public_message, exc.headers)
+    if isinstance(exc, DatabaseBusyError):
+        return Refusal(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
     return None
 
 

@@ -16,6 +16,9 @@ from app.streaming.events import StreamEvent
 
 SSE_KEEPALIVE = b": keepalive\n\n"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+LONG_LIVED = {"long_lived": True}
+"""The `opt` of a route whose answer lasts as long as a reply (a stream, a wait for its end): the
+app's per-user turns for writes (app/web/turns.py) leave it out."""
 
 
 def sse_response(

@@ -64,6 +64,7 @@ from app.web.metrics import metrics_endpoint
 from app.web.security import security_headers_hook
 from app.web.services import Services
 from app.web.sessions import RotatingSessionConfig
+from app.web.turns import UserWriteTurns
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SESSION_MAX_AGE_S = 14 * 24 * 3600
@@ -190,6 +191,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             # `connection.user`: the session's user; `/v1` authenticates by API key instead
             # (its router's own middleware, app/domain/openai/controllers.py).
             DefineMiddleware(SessionAuthenticationMiddleware, exclude="^/v1/"),
+            UserWriteTurns(),  # one user's burst of writes does not hold up the others
         ],
         csrf_config=csrf_config,
         before_send=[security_headers_hook(settings.cookie_secure)],

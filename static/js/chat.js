@@ -18,12 +18,14 @@ import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversati
 import { $, announcer } from "./dom.js";
 import { findAndKeep } from "./find-and-keep.js";
 import { MessageList } from "./message-list.js";
+import { OlderMessages, RENDER_STEP } from "./older-messages.js";
 import { watchConnectivity } from "./net-status.js";
 import { loadRatings } from "./rating.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
 import { Sidebar } from "./sidebar.js";
+import { TopbarMenu } from "./topbar-menu.js";
 import { hearOtherTabs } from "./tab-sync.js";
 import { messageNodes, Versions } from "./thread.js";
 import { TransportChoice } from "./transport-choice.js";
@@ -54,6 +56,8 @@ const transport = new TransportChoice($("#transport"), (name) => {
 // ---------------------------------------------------------------------------------------------
 // The components
 
+new TopbarMenu({ button: $("#topbar-more"), panel: $("#topbar-tools") });
+
 const sidebar = new Sidebar({
   toggle: $("#sidebar-toggle"),
   close: $("#sidebar-close"),
@@ -64,6 +68,7 @@ const sidebar = new Sidebar({
 const conversations = new ConversationList({
   list: $("#conversation-list"),
   empty: $("#conversations-empty"),
+  older: $("#older-conversations"),
   confirm: $("#confirm-dialog"),
   isLive: (id) => !!replies.liveFor(id) || sync.isLive(id),
   announce,
@@ -88,6 +93,13 @@ const messages = new MessageList({
   empty: $("#empty-state"),
   jump: $("#jump-latest"),
   onJump: () => composer.focus(),
+});
+
+const older = new OlderMessages({
+  list: messages,
+  render: (rows) => messageNodes(rows, null).nodes,
+  onDrawn: (id) => loadRatings(id, messages.el).catch(() => {}), // the replies just drawn
+  onStale: (id) => id === conversations.currentId && openConversation(id),
 });
 
 const composer = new Composer({
@@ -174,7 +186,7 @@ const versions = new Versions({
   announce,
   onShown(id, data) {
     loadSeq++; // a load still in flight would show the branch as it was
-    showMessages(id, data);
+    showMessages(id, data, { atLeast: messages.el.querySelectorAll("[data-testid=message]").length });
     loadRatings(id, messages.el).catch(() => {}); // the replies just shown are new views
   },
 });
@@ -226,6 +238,7 @@ function showNoConversation() {
   exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
   messages.show();
+  older.reset(null, [], 0);
   conversations.render();
   showLive();
 }
@@ -248,15 +261,18 @@ async function newChat() {
   composer.focus();
 }
 
-/** Show a loaded conversation's messages; returns the views of replies still being written. */
-function showMessages(id, data) {
+/** Show a loaded conversation's messages, the newest first (older-messages.js draws the rest as
+ * the reader scrolls up; `atLeast`: as many as were drawn before); returns the views of replies
+ * still being written. */
+function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
-  if (data.title && conv) {
-    conv.title = data.title;
-    setTitle(conversationTitle(conv));
-  }
-  const { nodes, toResume } = messageNodes(data.messages || [], replies.liveFor(id));
+  if (conv && data.title) conv.title = data.title;
+  if (data.title) setTitle(data.title); // (not listed yet: an old one, opened by its address)
+  const rows = data.messages || [];
+  const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
+  const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
   messages.show(nodes);
+  older.reset(id, rows.slice(0, split), data.earlier || 0, rows[split]?.id);
   return toResume;
 }
 
@@ -273,6 +289,7 @@ async function openConversation(id, { fresh = false } = {}) {
   composer.showError("");
   if (fresh) {
     messages.show();
+    older.reset(id, [], 0);
     return;
   }
   let data;
@@ -300,15 +317,20 @@ async function openConversation(id, { fresh = false } = {}) {
 
 async function loadConversations() {
   try {
-    conversations.items = (await api.get("/api/conversations")) || [];
+    await conversations.load();
   } catch (err) {
     conversations.showLoadError(`Could not load conversations: ${err.detail || err.message}`);
     return;
   }
   conversations.render();
   const wanted = conversationIdFromHash(location.hash);
-  const pick = conversations.find(wanted) || conversations.items[0];
-  if (pick) await openConversation(pick.id);
+  // An old conversation, past the list's first page, opens by its address all the same.
+  let pick = conversations.find(wanted)?.id;
+  if (!pick && wanted) {
+    pick = await api.get(`/api/conversations/${enc(wanted)}?limit=1`).then(() => wanted, () => null);
+  }
+  pick ||= conversations.items[0]?.id;
+  if (pick) await openConversation(pick);
   else showNoConversation();
 }
 

@@ -10,6 +10,7 @@ import { groupByDate } from "./date-groups.js";
 import { $, closeOnDismiss, h, icon } from "./dom.js";
 
 export const DEFAULT_TITLE = "New chat";
+const PAGE = 100; // conversations per page of GET /api/conversations (its default)
 
 export function conversationTitle(c) {
   return (c && c.title) || DEFAULT_TITLE;
@@ -18,6 +19,8 @@ export function conversationTitle(c) {
 export class ConversationList {
   /**
    * @param list, empty  the <ul> and its "No conversations yet" line
+   * @param older        the "Show older conversations" button below it (it also loads itself as
+   *                     it nears the bottom of the scrolled list)
    * @param confirm      the delete confirmation <dialog> (#confirm-text, #confirm-delete inside)
    * @param isLive       (id) => true while a reply streams in that conversation
    * @param announce     reads a short status out to screen readers
@@ -26,9 +29,15 @@ export class ConversationList {
    * @param onDeleting   (conversation): about to delete it (stop its reply)
    * @param onDeleted    (conversation): it is gone from the server and the list
    */
-  constructor({ list, empty, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted }) {
-    Object.assign(this, { list, empty, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted });
+  constructor({ list, empty, older, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted }) {
+    Object.assign(this, { list, empty, older, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted });
     this.items = []; // [{id, title, created_at, updated_at}], newest first
+    this.hasOlder = false; // the server has older ones than the last listed
+    older.addEventListener("click", () => this.loadOlder());
+    this.nearEnd = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) this.loadOlder();
+    }, { root: older.parentElement, rootMargin: "0px 0px 400px 0px" });
+    this.nearEnd.observe(older);
     this.currentId = null;
     this.pendingDelete = null;
     closeOnDismiss(confirm);
@@ -37,6 +46,33 @@ export class ConversationList {
 
   find(id) {
     return this.items.find((c) => c.id === id);
+  }
+
+  /** The newest page of the user's conversations; the rest come as the list is scrolled. */
+  async load() {
+    this.items = (await api.get("/api/conversations")) || [];
+    this.hasOlder = this.items.length >= PAGE;
+  }
+
+  /** The next page: the conversations after the last one listed (keyed by it, not an offset). */
+  async loadOlder() {
+    if (!this.hasOlder || this.loadingOlder) return;
+    const last = this.items.at(-1);
+    this.loadingOlder = true;
+    try {
+      const query = `after=${enc(last.updated_at)}&after_id=${enc(last.id)}&limit=${PAGE}`;
+      const page = (await api.get(`/api/conversations?${query}`)) || [];
+      this.items.push(...page.filter((c) => !this.find(c.id)));
+      this.hasOlder = page.length >= PAGE;
+      this.render();
+      // Observed afresh: if the button is still in sight (a tall list), that loads the next page.
+      this.nearEnd.unobserve(this.older);
+      this.nearEnd.observe(this.older);
+    } catch (err) {
+      this.announce(`Could not load older conversations: ${err.detail || err.message}`);
+    } finally {
+      this.loadingOlder = false;
+    }
   }
 
   /** A conversation started on this page, or another of the user's (it goes on top, once). */
@@ -113,6 +149,7 @@ export class ConversationList {
     const again = had && [had.closest("[data-conversation-id]")?.dataset.conversationId, had.dataset.testid];
     this.list.replaceChildren(...items);
     this.empty.hidden = this.items.length > 0;
+    this.older.hidden = !this.hasOlder;
     if (again) this.list.querySelector(`[data-conversation-id="${CSS.escape(again[0] || "")}"] [data-testid="${again[1]}"]`)?.focus();
   }
 

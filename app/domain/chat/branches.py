@@ -47,6 +47,14 @@ class UnknownBranchError(DomainError, LookupError):
     message = "no such message in this conversation"
 
 
+class NotShownError(DomainError, LookupError):
+    """A page of messages asked for before a message that is not on the branch shown (another
+    tab switched versions since): the client reloads the conversation."""
+
+    status = 409
+    message = "that message is not on the branch shown now: reload the conversation"
+
+
 @dataclass(frozen=True, slots=True)
 class Thread:
     """A conversation as its owner sees it: the messages of the branch shown, and every tree."""
@@ -57,6 +65,17 @@ class Thread:
 
     def sibling_ids(self, message: Message) -> list[str]:
         return [str(m.id) for m in self.tree.siblings(message)]
+
+    def page(self, before: UUID | None, limit: int) -> tuple[int, int]:
+        """Where the newest `limit` messages before `before` (None: the newest of all) are in
+        `messages`, as a slice's start and end. Keyed by a message, not an offset, so a turn added
+        meanwhile does not shift the pages. Raises NotShownError."""
+        end = len(self.messages)
+        if before is not None:
+            end = next((i for i, m in enumerate(self.messages) if m.id == before), -1)
+            if end < 0:
+                raise NotShownError(before)
+        return max(0, end - limit), end
 
 
 async def load_tree(session: AsyncSession, conversation_id: UUID) -> Tree:

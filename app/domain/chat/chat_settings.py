@@ -13,9 +13,12 @@ from __future__ import annotations
 from uuid import UUID
 
 import msgspec
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.base import utcnow
 from app.db.session import Sessions, transaction
+from app.db.upsert import upsert
 from app.domain.chat import conversations
 from app.domain.chat.limits import MODEL_DEFAULTS, ReplyLimits, overlay
 from app.domain.chat.models import Conversation
@@ -53,12 +56,16 @@ def checked(settings: ChatSettings, limits: ReplyLimits, context_size: int) -> C
 
 
 async def _store(
-    session: AsyncSession, fresh: SettingsRow, key: UUID, settings: ChatSettings
+    session: AsyncSession, model: type[SettingsRow], key: dict[str, UUID], settings: ChatSettings
 ) -> None:
-    """Write `settings` into the stored row with this key, or into `fresh` if there is none."""
-    row = await session.get(type(fresh), key) or fresh
-    session.add(row)  # a no-op for a row already in the session
-    row.system_prompt, row.sampling = settings.system_prompt, settings.given()
+    """Write `settings` into the row of `model` with this key, created if there is none: one
+    statement, so that saves racing each other each land and the last one wins."""
+    values = {
+        "system_prompt": settings.system_prompt,
+        "sampling": settings.given(),
+        "updated_at": utcnow(),
+    }
+    await session.execute(upsert(session, model, key, values))
 
 
 async def for_conversation(sessions: Sessions, conversation_id: UUID) -> ChatSettings:
@@ -80,15 +87,12 @@ async def save_for_conversation(
     sessions: Sessions, user_id: UUID, conversation_id: UUID, settings: ChatSettings
 ) -> ChatSettings:
     async with transaction(sessions) as session:
-        conversation = await session.get(Conversation, conversation_id)
-        if conversation is None or conversation.user_id != user_id:
-            raise conversations.ConversationNotFoundError(conversation_id)
-        await _store(
-            session,
-            ConversationSettings(conversation_id=conversation_id),
-            conversation_id,
-            settings,
+        owner = await session.scalar(
+            select(Conversation.user_id).where(Conversation.id == conversation_id)
         )
+        if owner != user_id:
+            raise conversations.ConversationNotFoundError(conversation_id)
+        await _store(session, ConversationSettings, {"conversation_id": conversation_id}, settings)
     return settings
 
 
@@ -101,7 +105,7 @@ async def save_user_defaults(
     sessions: Sessions, user_id: UUID, settings: ChatSettings
 ) -> ChatSettings:
     async with transaction(sessions) as session:
-        await _store(session, UserChatDefaults(user_id=user_id), user_id, settings)
+        await _store(session, UserChatDefaults, {"user_id": user_id}, settings)
     return settings
 
 

@@ -9,6 +9,7 @@ errors, answered by the app's exception map).
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -46,9 +47,9 @@ from app.domain.chat.schemas import (
     ShowBranch,
     StopResult,
 )
-from app.domain.errors import UnavailableError
+from app.domain.errors import InvalidInputError, UnavailableError
 from app.domain.refusals import ConflictError, documented
-from app.domain.sse import sse_response
+from app.domain.sse import LONG_LIVED, sse_response
 
 
 class ServerSentEvent(msgspec.Struct):
@@ -79,6 +80,10 @@ WRITE_ONE = [*WRITE, *documented(NotFoundError, conversations.ConversationNotFou
 START_REPLY = [*WRITE_ONE, *documented(UnavailableError)]
 
 
+PAGE, MAX_PAGE = 100, 500
+"""Messages per page of GET /api/conversations/{id}, and conversations per page of the list: by
+default, and at most."""
+
 CANCEL_WAIT_S = 5.0
 """How long POST .../cancel waits for the reply's end to be saved before answering."""
 
@@ -102,11 +107,26 @@ def last_event_id(request: Request, after: int | None) -> int:
 class ConversationController(Controller):
     path = "/conversations"
 
-    @get("/", raises=READ)
+    @get("/", raises=[*READ, *documented(InvalidInputError)])
     async def list_conversations(
-        self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
+        self,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        after: Annotated[datetime | None, QueryParameter()] = None,
+        after_id: Annotated[UUID | None, QueryParameter()] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = PAGE,
     ) -> list[ConversationResponse]:
-        rows = await conversations.list_conversations(sessions, user.id, source="page")
+        """The newest `limit` conversations; with `after` and `after_id` (the `updated_at` and
+        `id` of the last one listed), the `limit` after it: the sidebar's next page."""
+        if (after is None) != (after_id is None):
+            raise InvalidInputError("give after and after_id together (the last one listed)")
+        rows = await conversations.list_conversations(
+            sessions,
+            user.id,
+            source="page",
+            limit=limit,
+            after=None if after is None or after_id is None else (after, after_id),
+        )
         return [ConversationResponse.of(c) for c in rows]
 
     @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
@@ -119,15 +139,21 @@ class ConversationController(Controller):
         title = data.title if data else None
         return ConversationResponse.of(await conversation_service.create(user.id, title))
 
-    @get("/{conversation_id:uuid}", raises=READ_ONE)
+    @get("/{conversation_id:uuid}", raises=[*READ_ONE, ConflictError])
     async def read(
         self,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
+        before: Annotated[UUID | None, QueryParameter()] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = PAGE,
     ) -> ConversationWithMessages:
+        """The conversation with the newest `limit` messages of the branch shown (oldest first),
+        or the `limit` before the message `before`; `earlier` counts the messages before them.
+        A huge conversation thus arrives, and is drawn, a page at a time (409: `before` is not on
+        the branch shown any more)."""
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
-        return ConversationWithMessages.of_thread(thread)
+        return ConversationWithMessages.of_thread(thread, thread.page(before, limit))
 
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(
@@ -167,6 +193,7 @@ class ConversationController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=START_REPLY,
+        opt=LONG_LIVED,
     )
     async def send(
         self,
@@ -206,6 +233,7 @@ class MessageController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=[*START_REPLY, ConflictError],
+        opt=LONG_LIVED,
     )
     async def regenerate(
         self,
@@ -225,6 +253,7 @@ class MessageController(Controller):
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
         raises=[*START_REPLY, ConflictError],
+        opt=LONG_LIVED,
     )
     async def edit(
         self,
@@ -237,7 +266,7 @@ class MessageController(Controller):
         events. The old version and its replies stay, one switch away."""
         return event_stream(await replies.edit(user.id, message_id, data, transport="sse"))
 
-    @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE)
+    @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE, opt=LONG_LIVED)
     async def cancel(
         self,
         replies: NamedDependency[ReplyService],

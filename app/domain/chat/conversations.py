@@ -7,10 +7,11 @@ They are scoped to an owner (`user_id`): another user's ids behave as if they di
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Select, delete, select, update
+from sqlalchemy import Select, delete, select, tuple_, update
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
@@ -100,13 +101,18 @@ async def list_conversations(
     *,
     source: ConversationSource | str | None = None,
     limit: int = 100,
-    offset: int = 0,
+    after: tuple[datetime, UUID] | None = None,
 ) -> list[Conversation]:
-    """The user's conversations, most recently active first."""
+    """The user's conversations, most recently active first: the first `limit`, or the `limit`
+    after the one whose (updated_at, id) is `after`. Keyed by the last one seen, not an offset:
+    a conversation that moves to the top meanwhile shifts no page (and the index on
+    (user_id, updated_at) serves every page alike)."""
     query = select(Conversation).where(Conversation.user_id == user_id)
     if source is not None:
         query = query.where(Conversation.source == ConversationSource(source))
-    query = query.order_by(Conversation.updated_at.desc()).limit(limit).offset(offset)
+    if after is not None:
+        query = query.where(tuple_(Conversation.updated_at, Conversation.id) < tuple_(*after))
+    query = query.order_by(Conversation.updated_at.desc(), Conversation.id.desc()).limit(limit)
     async with transaction(sessions) as session:
         return list(await session.scalars(query))
 

@@ -13,6 +13,7 @@ from sqlalchemy import delete, select
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
+from app.db.upsert import upsert
 from app.domain.chat.conversations import owned_conversation_ids
 from app.domain.chat.models import Conversation, Message, MessageRole, Rating, ReplyRating
 from app.domain.chat.replies import NotFoundError
@@ -35,14 +36,15 @@ async def rate_reply(
         )
         if reply is None:
             raise NotFoundError(message_id)
-        # Read-then-write in one transaction: the primary key makes a racing second insert fail
-        # rather than duplicate (the client retries; a rating is one person's click).
-        row = await session.get(ReplyRating, (message_id, user_id))
-        if row is None:
-            row = ReplyRating(message_id=message_id, user_id=user_id, rating=rating)
-            session.add(row)
-        row.rating, row.comment, row.updated_at = Rating(rating), comment, utcnow()
-    return row
+        # One statement, so that clicks racing each other (first ratings included) each land:
+        # the last one wins (app/db/upsert.py).
+        values = {"rating": Rating(rating), "comment": comment, "updated_at": utcnow()}
+        key = {"message_id": message_id, "user_id": user_id}
+        return await session.scalar(
+            upsert(session, ReplyRating, key, values)
+            .returning(ReplyRating)
+            .execution_options(populate_existing=True)
+        )
 
 
 async def remove_rating(sessions: Sessions, user_id: UUID, message_id: UUID) -> bool:

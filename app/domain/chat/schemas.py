@@ -148,18 +148,23 @@ class ThreadMessageResponse(MessageResponse):
 
 
 class ConversationWithMessages(ConversationResponse):
-    messages: list[ThreadMessageResponse]  # the branch shown, oldest first
+    messages: list[ThreadMessageResponse]  # the branch shown (or a page of it), oldest first
+    earlier: int = 0  # how many messages of the branch come before these (0: none)
 
     @classmethod
-    def of_thread(cls, thread: Thread) -> ConversationWithMessages:
+    def of_thread(
+        cls, thread: Thread, page: tuple[int, int] | None = None
+    ) -> ConversationWithMessages:
+        """The thread, or the slice `page` (start, end) of its messages."""
         fields = msgspec.structs.asdict(ConversationResponse.of(thread.conversation))
+        start, end = page or (0, len(thread.messages))
         messages = [
             ThreadMessageResponse(
                 **msgspec.structs.asdict(MessageResponse.of(m)), siblings=thread.sibling_ids(m)
             )
-            for m in thread.messages
+            for m in thread.messages[start:end]
         ]
-        return cls(**fields, messages=messages)
+        return cls(**fields, messages=messages, earlier=start)
 
 
 class StopResult(msgspec.Struct):
