@@ -16,6 +16,7 @@ from litestar.exceptions import (
     HTTPException,
     NotAuthorizedException,
     NotFoundException,
+    PermissionDeniedException,
     ServiceUnavailableException,
     TooManyRequestsException,
 )
@@ -60,6 +61,7 @@ _DOCUMENTED_AS: dict[int, type[HTTPException]] = {
     for cls in (
         ClientException,
         NotAuthorizedException,
+        PermissionDeniedException,
         NotFoundException,
         ConflictError,
         TooManyRequestsException,

@@ -14,12 +14,12 @@ from sqlalchemy.engine import make_url
 
 from app.db.session import DatabaseBusyError, transaction
 from app.domain.accounts.models import User
-from app.domain.chat import chat_settings, ratings, reply_rows
+from app.domain.chat import chat_settings, ratings
 from app.domain.chat.models import Conversation, Rating, ReplyRating
 from app.domain.chat.settings_schemas import ChatSettings
 from app.domain.refusals import refusal_for
 from app.streaming.events import Status
-from tests.db.chat_rows import Sessions, finish_reply
+from tests.db.chat_rows import Sessions, add_turn, finish_reply
 
 AT_ONCE = 30
 
@@ -27,7 +27,7 @@ AT_ONCE = 30
 async def test_ratings_at_once_leave_one_row_holding_one_of_them(
     db_sessions: Sessions, owner: User, conversation: Conversation
 ) -> None:
-    _, reply = await reply_rows.add_turn(db_sessions, conversation.id, "q", "m")
+    _, reply = await add_turn(db_sessions, conversation.id, "q", "m")
     await finish_reply(db_sessions, reply.id, Status.COMPLETED, text="a")
     comments = [f"comment {n}" for n in range(AT_ONCE)]
     rated = await asyncio.gather(
