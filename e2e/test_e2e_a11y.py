@@ -191,7 +191,9 @@ def test_a_streaming_reply_is_announced_once_not_token_by_token(
 
     # The announcer speaks 50 ms after it is called (static/js/dom.js `announcer`): wait for the
     # end's announcement rather than read the list the moment the reply is marked done.
-    page.wait_for_function("window.__said.length >= 2", timeout=5000)
+    # A function, not an expression: an expression that is not true at once is polled through
+    # eval, which the page's CSP (script-src 'self') refuses.
+    page.wait_for_function("() => window.__said.length >= 2", timeout=5000)
     page.wait_for_timeout(300)  # anything more it would say comes within this
     said = page.evaluate("window.__said")
     assert said[0] == "Sent. The assistant is replying.", said

@@ -40,7 +40,7 @@ def painted(page: Page) -> str:
 
 
 def first_frame(page: Page) -> dict[str, str | None]:
-    page.wait_for_function("window.__firstFrame")
+    page.wait_for_function("() => window.__firstFrame")
     return page.evaluate("window.__firstFrame")
 
 
