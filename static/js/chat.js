@@ -69,6 +69,7 @@ const conversations = new ConversationList({
   list: $("#conversation-list"),
   empty: $("#conversations-empty"),
   older: $("#older-conversations"),
+  archivedToggle: $("#show-archived"),
   confirm: $("#confirm-dialog"),
   isLive: (id) => !!replies.liveFor(id) || sync.isLive(id),
   announce,
@@ -78,6 +79,9 @@ const conversations = new ConversationList({
   },
   onTitle(c) {
     if (c.id === conversations.currentId) setTitle(conversationTitle(c));
+  },
+  onFiled(c) {
+    if (c.id === conversations.currentId) showArchived(c);
   },
   onDeleting: (c) => replies.stop(c.id),
   onDeleted(c) {
@@ -199,6 +203,22 @@ function showLive() {
   conversations.markStreaming();
 }
 
+/** The note over an archived conversation's messages (sending in it brings it back). */
+const archivedNote = $("#archived-note");
+function showArchived(c) {
+  archivedNote.hidden = !c?.archived_at;
+}
+$("#unarchive").addEventListener("click", async () => {
+  const id = conversations.currentId;
+  try {
+    conversations.filed(await api.patch(`/api/conversations/${enc(id)}`, { archived: false }));
+    announce("Conversation unarchived.");
+    composer.focus();
+  } catch (err) {
+    announce(`Could not unarchive: ${err.detail || err.message}`);
+  }
+});
+
 function setTitle(text) {
   title.textContent = text;
   title.title = text; // the whole title on hover, where it is cut short
@@ -237,6 +257,7 @@ function showNoConversation() {
   history.replaceState(null, "", location.pathname + location.search);
   exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
+  showArchived(null);
   messages.show();
   older.reset(null, [], 0);
   conversations.render();
@@ -268,6 +289,7 @@ function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
   if (conv && data.title) conv.title = data.title;
   if (data.title) setTitle(data.title); // (not listed yet: an old one, opened by its address)
+  showArchived(data);
   const rows = data.messages || [];
   const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
@@ -284,6 +306,7 @@ async function openConversation(id, { fresh = false } = {}) {
   const conv = conversations.find(id);
   exportMenu.show(id);
   setTitle(conversationTitle(conv));
+  showArchived(conv);
   conversations.render();
   showLive();
   composer.showError("");
