@@ -128,8 +128,13 @@ async def list_conversations(
     by_activity = (Conversation.updated_at.desc(), Conversation.id.desc())
     async with transaction(sessions) as session:
         if archived:
-            return list(await session.scalars(_after_by_activity(owned, key, archived=True)
-                .order_by(*by_activity).limit(limit)))
+            return list(
+                await session.scalars(
+                    _after_by_activity(owned, key, archived=True)
+                    .order_by(*by_activity)
+                    .limit(limit)
+                )
+            )
         rows: list[Conversation] = []
         if key is None or key.pinned_at is not None:
             pinned = select(Conversation).where(

@@ -243,7 +243,11 @@ async def take_conversation(
     ORM's bulk-UPDATE path costs about as much again in Python (bench/setup_cost.py)."""
     # A new turn in an archived conversation brings it back to the list (app/domain/chat/
     # conversations.py, `file_conversation`): the user is using it again.
-    values: dict[str, Any] = {"conversation": conversation_id, "updated_at": now, "archived_at": None}
+    values: dict[str, Any] = {
+        "conversation": conversation_id,
+        "updated_at": now,
+        "archived_at": None,
+    }
     if leaf is not None:
         values["current_leaf_id"] = leaf
     touched = await session.execute(_TAKE_CONVERSATION, values)

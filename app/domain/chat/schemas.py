@@ -87,8 +87,8 @@ class ConversationResponse(msgspec.Struct):
     source: str
     created_at: str
     updated_at: str
-    pinned_at: str | None = None  # pinned: listed first, the newest pin first
-    archived_at: str | None = None  # archived: out of the list, in the sidebar's "Archived"
+    pinned_at: str | None  # pinned: listed first, the newest pin first
+    archived_at: str | None  # archived: out of the list, in the sidebar's "Archived"
 
     @classmethod
     def of(cls, c: Conversation) -> ConversationResponse:
