@@ -82,7 +82,8 @@ def test_300_conversations_pin_archive_find_and_unarchive(
     items.first.get_by_test_id("conversation-menu").press("Enter")
     expect(items.first.get_by_test_id("pin-conversation")).to_have_text("Unpin")
     page.keyboard.press("Escape")
-    expect(items.first.get_by_test_id("conversation-menu-panel")).to_be_hidden()
+    expect(items.first.get_by_test_id("conversation-menu-panel")).to_have_count(0)
+    expect(items.first.get_by_test_id("conversation-menu")).to_be_focused()
 
     # Archive one with the mouse: out of the list, here and in the other tab.
     archived = item(page, "Chat 250")

@@ -205,7 +205,7 @@ export class ConversationList {
         h("span", { class: "conv-actions" },
           h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "rename-conversation", "aria-label": `Rename “${title}”`, title: "Rename", onclick: () => this.startRename(item, c) }, icon("pencil")),
           h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "delete-conversation", "aria-label": `Delete “${title}”`, title: "Delete", onclick: () => this.confirmDelete(c) }, icon("trash")),
-          ...conversationMenu(c, title, {
+          conversationMenu(c, title, {
             onPin: () => this.file(c, { pinned: !c.pinned_at }),
             onArchive: () => this.file(c, { archived: !c.archived_at }),
           }),
@@ -227,21 +227,28 @@ export class ConversationList {
       ...(pinned.length ? group("Pinned", pinned) : []),
       ...groupByDate(rest).flatMap(([label, rows]) => group(label, rows)),
     ];
-    // Keyboard users keep their place: the control that had focus is focused again in the new list.
+    // Keyboard users keep their place: the control that had focus is focused again in the new
+    // list, in the item's menu if it was open (a page loaded meanwhile redraws the list).
     const had = this.list.contains(document.activeElement) && document.activeElement;
     const again = had && [had.closest("[data-conversation-id]")?.dataset.conversationId, had.dataset.testid];
+    const menuOpen = this.list.querySelector(".conv-more[aria-expanded=true]")?.closest("[data-conversation-id]");
     this.list.replaceChildren(...items);
     this.empty.textContent = EMPTY[this.view];
     this.empty.hidden = shown.length > 0;
     this.older.hidden = !this.hasOlder;
+    if (menuOpen) this.itemOf(menuOpen.dataset.conversationId)?.querySelector(".conv-more")?.click();
     if (again) this.focusOn(again[0], again[1]);
   }
 
-  /** Focus a control of a listed conversation (its menu's items are hidden: then the menu). */
+  itemOf(id) {
+    return this.list.querySelector(`[data-conversation-id="${CSS.escape(id || "")}"]`);
+  }
+
+  /** Focus a control of a listed conversation (else its menu's button: the menu is closed). */
   focusOn(id, testid) {
-    const item = this.list.querySelector(`[data-conversation-id="${CSS.escape(id || "")}"]`);
+    const item = this.itemOf(id);
     const control = item?.querySelector(`[data-testid="${testid}"]`);
-    (control && !control.closest("[hidden]") ? control : item?.querySelector("[data-testid=conversation-menu]"))?.focus();
+    (control || item?.querySelector("[data-testid=conversation-menu]"))?.focus();
   }
 
   /** Pin or unpin, archive or unarchive `c` (`changes`: {pinned} or {archived}). */
