@@ -64,6 +64,11 @@ def test_pin_archive_search_export_and_a_send_that_brings_it_back(
         assert alice.conversation(second)["archived_at"] == archived.json()["archived_at"]
         exported = alice.http.get(f"/api/conversations/{second}/export?format=json")
         assert exported.status_code == 200 and exported.json()["conversation"]["title"]
+        # The admin (alice is the server's first sign-up) sees the flags.
+        admin_view = alice.http.get(f"/admin/conversations/{second}")
+        assert admin_view.status_code == 200 and 'data-testid="admin-archived"' in admin_view.text
+        admin_list = alice.http.get("/admin", params={"q": "hoards"})
+        assert 'data-testid="admin-archived"' in admin_list.text, admin_list.text[-2000:]
 
         # Archiving the pinned one unpins it; pinning an archived one brings it back.
         moved = patch(alice, first, {"archived": True}).json()
