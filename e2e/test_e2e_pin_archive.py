@@ -2,7 +2,7 @@
 sidebar scrolls to the oldest, pinning one (from the keyboard, through the item's menu) moves it
 to the top, here and in the user's other tab; archiving one takes it out of the list, into the
 "Archived" view, and search still finds it, marked archived; opened from there, its note's
-Unarchive brings it back. axe checks the page with an item's menu open and in the archived view.
+Unarchive brings it back, and so does a message sent into it. axe checks the page with an item's menu open and in the archived view.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from playwright.sync_api import Locator, Page, expect
 
 from e2e.axe import assert_accessible
 from e2e.conftest import User
-from e2e.helpers import csrf_headers, screenshot
+from e2e.helpers import ChatPage, csrf_headers, screenshot
 
 COUNT = 300
 
@@ -123,6 +123,20 @@ def test_300_conversations_pin_archive_find_and_unarchive(
     expect(item(other, "Chat 250")).to_have_count(1)
     stored = request.get("/api/conversations?archived=true").json()
     assert stored == []
+
+    # Archived again while open, it says so; a message sent into it brings it back, on top of the
+    # unpinned ones (the real model answers).
+    current = item(page, "Chat 250")
+    current.get_by_test_id("conversation-menu").click()
+    current.get_by_test_id("archive-conversation").click()
+    expect(note).to_be_visible()
+    expect(item(page, "Chat 250")).to_have_count(0)
+    chat = ChatPage(page)
+    chat.wait_done(chat.send("Say hello."))
+    expect(note).to_be_hidden()
+    expect(items.nth(1)).to_have_text("Chat 250")
+    expect(other.get_by_test_id("conversation").nth(1)).to_have_text("Chat 250")
+    assert request.get("/api/conversations?archived=true").json() == []
     # The server's order is the sidebar's: reloaded, the pinned one still leads.
     page.reload()
     expect(page.locator("#app")).to_have_attribute("data-ready", "true", timeout=15_000)

@@ -121,7 +121,10 @@ const replies = new Replies({
   composer,
   transport: () => transports[transport.name],
   announce,
-  onStarted: (id, content) => conversations.touch(id, content),
+  onStarted(id, content) {
+    conversations.touch(id, content);
+    if (id === conversations.currentId) showArchived(null); // a new turn unarchives it
+  },
   onLive: showLive,
 });
 
