@@ -61,8 +61,8 @@ class Conversation(UUIDPrimaryKey, CreatedAt, Base):
     # path from the root to it. No foreign key: one back to `messages` would make the two tables a
     # cycle that SQLite cannot build; messages are only ever deleted with their conversation.
     current_leaf_id: Mapped[UUID | None] = mapped_column(default=None)
-    # Filed by its owner (app/domain/chat/filing.py): pinned ones lead the list, newest pin first;
-    # archived ones leave it (still searched, exported, opened by address). Never both at once.
+    # Filed by its owner (conversations.py, `file_conversation`): pinned ones lead the list, newest
+    # pin first; archived ones leave it (still searched, exported, opened by address). Never both.
     pinned_at: Mapped[datetime | None] = mapped_column(default=None)
     archived_at: Mapped[datetime | None] = mapped_column(default=None)
 
