@@ -13,6 +13,7 @@
 
 import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { AccountDialog } from "./account.js";
+import { ArchivedNote } from "./archived-note.js";
 import { Composer } from "./composer.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
@@ -81,7 +82,7 @@ const conversations = new ConversationList({
     if (c.id === conversations.currentId) setTitle(conversationTitle(c));
   },
   onFiled(c) {
-    if (c.id === conversations.currentId) showArchived(c);
+    if (c.id === conversations.currentId) archivedNote.show(c);
   },
   onDeleting: (c) => replies.stop(c.id),
   onDeleted(c) {
@@ -123,7 +124,7 @@ const replies = new Replies({
   announce,
   onStarted(id, content) {
     conversations.touch(id, content);
-    if (id === conversations.currentId) showArchived(null); // a new turn unarchives it
+    if (id === conversations.currentId) archivedNote.show(null); // a new turn unarchives it
   },
   onLive: showLive,
 });
@@ -206,20 +207,13 @@ function showLive() {
   conversations.markStreaming();
 }
 
-/** The note over an archived conversation's messages (sending in it brings it back). */
-const archivedNote = $("#archived-note");
-function showArchived(c) {
-  archivedNote.hidden = !c?.archived_at;
-}
-$("#unarchive").addEventListener("click", async () => {
-  const id = conversations.currentId;
-  try {
-    conversations.filed(await api.patch(`/api/conversations/${enc(id)}`, { archived: false }));
-    announce("Conversation unarchived.");
-    composer.focus();
-  } catch (err) {
-    announce(`Could not unarchive: ${err.detail || err.message}`);
-  }
+const archivedNote = new ArchivedNote({
+  note: $("#archived-note"),
+  button: $("#unarchive"),
+  current: () => conversations.currentId,
+  onFresh: (c) => conversations.filed(c),
+  announce,
+  onDone: () => composer.focus(),
 });
 
 function setTitle(text) {
@@ -260,7 +254,7 @@ function showNoConversation() {
   history.replaceState(null, "", location.pathname + location.search);
   exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
-  showArchived(null);
+  archivedNote.show(null);
   messages.show();
   older.reset(null, [], 0);
   conversations.render();
@@ -292,7 +286,7 @@ function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
   if (conv && data.title) conv.title = data.title;
   if (data.title) setTitle(data.title); // (not listed yet: an old one, opened by its address)
-  showArchived(data);
+  archivedNote.show(data);
   const rows = data.messages || [];
   const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
@@ -309,7 +303,7 @@ async function openConversation(id, { fresh = false } = {}) {
   const conv = conversations.find(id);
   exportMenu.show(id);
   setTitle(conversationTitle(conv));
-  showArchived(conv);
+  archivedNote.show(conv);
   conversations.render();
   showLive();
   composer.showError("");
