@@ -84,19 +84,14 @@ async def looks_at(sessions: Sessions, user_id: UUID, limit: int = MAX_LOOKS) ->
             )
         )
         ids = {c for e in entries if (c := _conversation_of(e)) is not None}
-        titles = (
-            dict(
-                (
-                    await session.execute(
-                        select(Conversation.id, Conversation.title).where(
-                            Conversation.id.in_(ids), Conversation.user_id == user_id
-                        )
-                    )
-                ).tuples()
+        titles: dict[UUID, str] = {}
+        if ids:
+            rows = await session.execute(
+                select(Conversation.id, Conversation.title).where(
+                    Conversation.id.in_(ids), Conversation.user_id == user_id
+                )
             )
-            if ids
-            else {}
-        )
+            titles = {conversation_id: title for conversation_id, title in rows}
     return [
         Look(
             at=e.created_at,
