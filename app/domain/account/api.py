@@ -40,7 +40,7 @@ from app.domain.accounts.models import BrowserSession, User
 from app.domain.accounts.ratelimit import AuthLimits, TooManyAttemptsError
 from app.domain.accounts.user_agents import browser_name
 from app.domain.chat import export, importing
-from app.domain.chat.archive_schemas import EXPORT_RESPONSE, MAX_ACCOUNT_IMPORT_BYTES
+from app.domain.chat.archive_schemas import ACCOUNT_EXPORT_RESPONSE, MAX_ACCOUNT_IMPORT_BYTES
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.schemas import ConversationResponse
 from app.domain.refusals import documented
@@ -159,7 +159,7 @@ class AccountApi(Controller):
         _keep_this_session(request, epoch)
         rotate(request)
 
-    @get("/export", responses=EXPORT_RESPONSE, raises=READ)
+    @get("/export", responses=ACCOUNT_EXPORT_RESPONSE, raises=READ)
     async def export_all(
         self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
     ) -> Response[bytes]:

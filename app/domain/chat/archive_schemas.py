@@ -157,3 +157,14 @@ class RatingResponse(msgspec.Struct):
     rating: str
     comment: str | None
     updated_at: str
+
+
+ACCOUNT_EXPORT_RESPONSE = {
+    200: ResponseSpec(
+        AccountExport,
+        media_type="application/json",
+        description="every conversation of the user's, as an attachment",
+        generate_examples=False,
+    )
+}
+"""The account export's success, for the OpenAPI document (the handler returns raw bytes)."""
