@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from e2e.axe import assert_accessible
 from e2e.conftest import User, watch_pages
 from e2e.helpers import csrf_headers
 from tests.live_server import TEST_PASSWORD, LiveServer
@@ -236,3 +237,26 @@ def test_a_reset_link_from_the_users_page_sets_a_new_password(
     page.get_by_test_id("submit").click()
     expect(page).to_have_url(f"{server.url}/")
     expect(page.locator("#app")).to_have_attribute("data-user-email", user.email)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_account_page_is_accessible(
+    new_user: Callable[..., User],
+    admin: User,
+    contexts: Callable[[], BrowserContext],
+    theme: str,
+) -> None:
+    user = new_user("a11y-account")
+    api_login(contexts(), user.email)  # a second session, with its "Log out" button
+    conversation = new_conversation(user.context, "Looked at")
+    admin.page.goto(f"/admin/conversations/{conversation}")
+    page = user.page
+    page.emulate_media(color_scheme=theme)
+    open_account_page(page)
+    expect(page.get_by_test_id("session-row")).to_have_count(2)
+    expect(page.get_by_test_id("look-row")).to_have_count(1)
+    page.get_by_test_id("change-password").click()  # an error shown too
+    expect(page.get_by_test_id("password-error")).to_be_visible()
+    assert_accessible(page, f"/account ({theme})")
+    page.set_viewport_size({"width": 390, "height": 800})
+    assert_accessible(page, f"/account, phone ({theme})")
