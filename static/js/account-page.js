@@ -73,9 +73,9 @@ function sessionRow(session) {
     "tr",
     { "data-testid": "session-row", "data-current": session.current ? "true" : "false", "data-session-id": session.id },
     browser,
-    h("td", {}, session.address || "–"),
-    h("td", {}, when(session.created_at)),
-    h("td", {}, when(session.last_seen_at)),
+    h("td", { "data-label": "Address" }, session.address || "–"),
+    h("td", { "data-label": "Logged in" }, when(session.created_at)),
+    h("td", { "data-label": "Last seen" }, when(session.last_seen_at)),
     action,
   );
 }
@@ -151,9 +151,9 @@ function lookRow(look) {
     "tr",
     { "data-testid": "look-row" },
     h("td", {}, when(look.at)),
-    h("td", { "data-testid": "look-admin" }, look.admin_email),
-    h("td", {}, ACTIONS[look.action] || look.action),
-    h("td", { "data-testid": "look-conversation" }, title),
+    h("td", { "data-testid": "look-admin", "data-label": "Admin" }, look.admin_email),
+    h("td", { "data-label": "What" }, ACTIONS[look.action] || look.action),
+    h("td", { "data-testid": "look-conversation", "data-label": "Conversation" }, title),
   );
 }
 

@@ -11,7 +11,7 @@ _BROWSERS = (
     ("Edge", re.compile(r"\bEdg(e|A|iOS)?/")),
     ("Opera", re.compile(r"\b(OPR|Opera)/")),
     ("Firefox", re.compile(r"\b(Firefox|FxiOS)/")),
-    ("Chrome", re.compile(r"\b(Chrome|Chromium|CriOS)/")),
+    ("Chrome", re.compile(r"\b(Chrome|Chromium|CriOS|HeadlessChrome)/")),
     ("Safari", re.compile(r"\bSafari/")),
     ("curl", re.compile(r"^curl/")),
     ("Python", re.compile(r"^(python-httpx|python-requests|Python)")),
