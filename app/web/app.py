@@ -29,12 +29,16 @@ from litestar.stores.memory import MemoryStore
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
+from app.domain.account.api import AccountApi
+from app.domain.account.page import account_page
 from app.domain.accounts.access import AccessCache
 from app.domain.accounts.authentication import (
     ACCESS_STATE_KEY,
+    LIVE_SESSIONS_STATE_KEY,
     SESSIONS_STATE_KEY,
     SessionAuthenticationMiddleware,
 )
+from app.domain.accounts.browser_sessions import SESSION_MAX_AGE, LiveSessions
 from app.domain.accounts.controllers import ApiKeyController, AuthController
 from app.domain.accounts.guards import admin_guard
 from app.domain.accounts.ratelimit import (
@@ -67,7 +71,7 @@ from app.web.sessions import RotatingSessionConfig
 from app.web.turns import UserWriteTurns
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SESSION_MAX_AGE_S = 14 * 24 * 3600
+SESSION_MAX_AGE_S = int(SESSION_MAX_AGE.total_seconds())
 
 
 def session_store(settings: Settings) -> Store:
@@ -139,12 +143,14 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         app.state.services = services
         app.state[SESSIONS_STATE_KEY] = services.sessions  # for auth and guards (no DI there)
         app.state[ACCESS_STATE_KEY] = access = AccessCache(services.sessions)
+        app.state[LIVE_SESSIONS_STATE_KEY] = live_sessions = LiveSessions(services.sessions)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
             yield
         finally:
             await access.close()
+            await live_sessions.close()
             await services.stop()
             await limits.store.close()
             flush_log_queue()
@@ -165,11 +171,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             pages.login_page,
             pages.signup_page,
             pages.reset_page,
+            account_page,
             pages.healthz,
             pages.readyz,
             metrics_endpoint,
             AuthController,
             ApiKeyController,
+            AccountApi,
             chat_router,
             user_events,
             settings_router,

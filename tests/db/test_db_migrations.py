@@ -41,6 +41,7 @@ REGISTERED_MODELS = (
 OUR_TABLES = {"users", "api_keys", "conversations", "messages", "reply_ratings"}
 OUR_TABLES |= {"conversation_settings", "user_chat_defaults"}  # 0006
 OUR_TABLES |= {"account_tokens", "audit_log"}  # 0008
+OUR_TABLES |= {"account_sessions"}  # 0012
 HEAD = head_revision()
 
 
