@@ -161,4 +161,4 @@ def watch_storage(engine: AsyncEngine, health: StorageHealth) -> None:
             context.is_disconnect = True  # drop the connection: its session may stay read-only
         return StorageRefusedError(kind, detail)
 
-    event.listen(engine.sync_engine, "handle_error", on_error, retval=True)
+    event.listen(engine.sync_engine, "handle_error", on_error)
