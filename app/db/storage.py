@@ -13,10 +13,11 @@ a 503 with Retry-After in app/domain/refusals.py) and `StorageHealth` notes the 
 read-only refusal also discards its connection (`is_disconnect`): a session that a read-only
 server handed out stays read-only, and the pool must reconnect once the server takes writes again.
 
-`StorageHealth.check()` (from /readyz, and every few seconds while refusing) says whether writes
-can go through again: on SQLite, whether the database's volume has room; on PostgreSQL, whether a
-fresh transaction is read-write, and for a full disk, after `DISK_FULL_RETRY_S` without a new
-refusal (there is no way to ask PostgreSQL for free space short of writing: the next write tells).
+`StorageHealth.check()` (from /readyz, and every few seconds) says whether writes can go through
+again: on SQLite, whether the database's volume has room; on PostgreSQL, whether a new transaction
+is read-write (then the pool is renewed: its sessions may be read-only still). For what cannot be
+asked (PostgreSQL's free space short of writing; a read-only SQLite file) writes are let through
+again `UNSEEN_RETRY_S` after the last refusal, and the next write tells.
 Replies that end meanwhile wait in memory and are saved by the final saver's retries
 (app/streaming/saving.py), so nothing needs a restart once storage is back.
 """
@@ -42,7 +43,9 @@ _POSTGRES_DISK_FULL, _POSTGRES_READ_ONLY = "53100", "25006"
 FULL = "full"
 READ_ONLY = "read-only"
 MIN_FREE_BYTES = 64 * 1024  # a SQLite volume with less than this left is full for our purposes
-DISK_FULL_RETRY_S = 5.0  # PostgreSQL: let writes try again this long after the last disk_full
+# A refusal that cannot be asked about (PostgreSQL's full disk, SQLite read-only): writes are let
+# through again this long after the last one; the next write says whether it still refuses.
+UNSEEN_RETRY_S = 5.0
 
 
 class StorageRefusedError(Exception):
@@ -126,26 +129,26 @@ class StorageHealth:
     async def check(self, engine: AsyncEngine) -> str | None:
         """Look again, cheaply; returns `problem`."""
         free = self._sqlite_free_bytes()
-        if free is not None:
-            if free < MIN_FREE_BYTES:
-                self.refused(FULL, f"{free} bytes free on the database's volume")
-            elif self.kind == FULL:
-                self.cleared()
-            return self.problem
-        if engine.dialect.name != "postgresql":
-            return self.problem
-        try:
-            async with engine.connect() as connection:
-                read_only = await connection.scalar(text("SHOW transaction_read_only"))
-        except StorageRefusedError:
-            return self.problem
+        if free is not None and free < MIN_FREE_BYTES:
+            self.refused(FULL, f"{free} bytes free on the database's volume")
+        elif free is not None and self.kind == FULL:
+            self.cleared()
+        elif engine.dialect.name == "postgresql" and self.kind != FULL:
+            await self._check_postgres_writable(engine)
+        elif self.kind is not None and time.monotonic() - self.last_refusal > UNSEEN_RETRY_S:
+            self.cleared()  # nothing to ask: the next write says whether it still refuses
+        return self.problem
+
+    async def _check_postgres_writable(self, engine: AsyncEngine) -> None:
+        async with engine.connect() as connection:
+            read_only = await connection.scalar(text("SHOW transaction_read_only"))
+            if read_only == "on":
+                await connection.invalidate()  # a session of a read-only server stays read-only
         if read_only == "on":
             self.refused(READ_ONLY, "new transactions are read-only")
-        elif self.kind == READ_ONLY or (
-            self.kind == FULL and time.monotonic() - self.last_refusal > DISK_FULL_RETRY_S
-        ):
-            self.cleared()  # a full disk: the next write says whether it still is
-        return self.problem
+        elif self.kind == READ_ONLY:
+            self.cleared()
+            await engine.dispose()  # every pooled session may be read-only still: new ones
 
 
 def watch_storage(engine: AsyncEngine, health: StorageHealth) -> None:

@@ -89,13 +89,10 @@ async def readyz(request: Request, services: NamedDependency[Services]) -> Respo
     try:
         async with services.sessions() as session:
             await session.execute(text("SELECT 1"))
-        checks["database"] = "ok"
+        refusing = await services.storage.check(services.db_engine)  # disk full, read-only
+        checks["database"] = f"refusing writes: {refusing}" if refusing else "ok"
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
-    if checks["database"] == "ok" and (
-        refusing := await services.storage.check(services.db_engine)
-    ):
-        checks["database"] = f"refusing writes: {refusing}"  # disk full, or read-only
     store = await session_store_check(request.app.stores.get("sessions"))
     if store is not None:  # shared between replicas (SESSION_STORE_URL)
         checks["session_store"] = store

@@ -167,16 +167,20 @@ async def _postgres(url: str, *sql: str) -> None:
 
 
 def read_only(url: str, on: bool) -> None:
-    """The database's new sessions read-only (or not), and its current ones ended."""
+    """The database's new sessions read-only, and its current ones ended (the app reconnects to a
+    read-only database); or its new sessions writable again, and the app's read-only ones left as
+    they are, for the app to renew."""
     name = _asyncpg_dsn(url).rsplit("/", 1)[1]
-    setting = (
-        "SET default_transaction_read_only = on" if on else "RESET default_transaction_read_only"
-    )
+    if not on:
+        asyncio.run(_postgres(url, f'ALTER DATABASE "{name}" RESET default_transaction_read_only'))
+        return
     terminate = (
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
         f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
     )
-    asyncio.run(_postgres(url, f'ALTER DATABASE "{name}" {setting}', terminate))
+    asyncio.run(
+        _postgres(url, f'ALTER DATABASE "{name}" SET default_transaction_read_only = on', terminate)
+    )
 
 
 def test_postgresql_refusing_writes_is_a_clear_503_and_recovers(tmp_path: Path) -> None:
@@ -192,7 +196,7 @@ def test_postgresql_refusing_writes_is_a_clear_503_and_recovers(tmp_path: Path) 
                 final = reply.wait_end()
                 assert final["status"] == "completed" and final.get("saved") is False, final
             finally:
-                read_only(url, False)  # existing sessions stay read-only: the app reconnects
+                read_only(url, False)  # the app's sessions stay read-only: it must renew them
             assert_recovered(alice, live, reply, READ_ONLY)
             assert "Internal Server Error" not in live.log_text()
         finally:
