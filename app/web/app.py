@@ -40,6 +40,7 @@ from app.domain.accounts.ratelimit import (
     MemoryAttemptStore,
     RedisAttemptStore,
 )
+from app.domain.accounts.trusted_header import TrustedHeaderSignIn
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
 from app.domain.admin.users_api import AdminUsersApi
@@ -58,6 +59,7 @@ from app.web.client_input import HTTP_CLIENT_CLOSED_REQUEST, SafeRequest
 from app.web.dependencies import app_dependencies
 from app.web.errors import EXCEPTION_HANDLERS, all_subclasses
 from app.web.metrics import metrics_endpoint
+from app.web.proxy_peer import ProxyPeer
 from app.web.security import security_headers_hook
 from app.web.services import Services
 from app.web.session_store import (
@@ -92,6 +94,14 @@ def auth_limits(settings: Settings) -> AuthLimits:
         signup_window_s=settings.signup_window_s,
         signup_max_per_address=settings.signup_max_per_address,
     )
+
+
+def trusted_sign_in(settings: Settings) -> list[TrustedHeaderSignIn]:
+    """Sign-in by a trusted proxy's header, when AUTH_TRUSTED_EMAIL_HEADER names one."""
+    if not settings.auth_trusted_email_header:
+        return []
+    exclude = ("^/v1/", *PROBES, "^/static/")  # API keys; probes; files
+    return [TrustedHeaderSignIn(settings.auth_trusted_email_header, settings.signup_mode, exclude)]
 
 
 def openapi_config() -> OpenAPIConfig:
@@ -190,7 +200,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         lifespan=[lifespan],
         request_class=SafeRequest,  # bad JSON bodies are 400s, a client gone mid-body a quiet 499
         middleware=[
+            ProxyPeer(settings.forwarded_allow_ips),  # before anything reads the client address
             session_config.middleware,
+            *trusted_sign_in(settings),
             # `connection.user`: the session's user; `/v1` authenticates by API key instead
             # (its router's own middleware, app/domain/openai/controllers.py).
             DefineMiddleware(SessionAuthenticationMiddleware, exclude=["^/v1/", *PROBES]),
