@@ -15,25 +15,26 @@ client address stays right, as the second application changes nothing.
 
 from __future__ import annotations
 
-from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app.domain.accounts.trusted_header import PEER_TRUSTED
 
 
-class ProxyPeer(ASGIMiddleware):
-    """The first middleware of every route: PEER_TRUSTED, then the forwarded client and scheme."""
+class ProxyPeer:
+    """The first middleware of every route (Litestar calls it with each route's app once, at
+    start): PEER_TRUSTED, then the forwarded client and scheme."""
 
     def __init__(self, trusted: tuple[str, ...]) -> None:
         self.trusted = list(trusted)
-        self._hosts = ProxyHeadersMiddleware(_unused, trusted_hosts=self.trusted).trusted_hosts
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        client = scope.get("client")
-        scope[PEER_TRUSTED] = bool(client) and client[0] in self._hosts  # type: ignore[literal-required,index]
-        await ProxyHeadersMiddleware(next_app, trusted_hosts=self.trusted)(scope, receive, send)  # type: ignore[arg-type]
+    def __call__(self, app: ASGIApp) -> ASGIApp:
+        forwarded = ProxyHeadersMiddleware(app, trusted_hosts=self.trusted)  # type: ignore[arg-type]
 
+        async def proxy_peer(scope: Scope, receive: Receive, send: Send) -> None:
+            client = scope.get("client")
+            trusted = bool(client) and client[0] in forwarded.trusted_hosts  # type: ignore[index]
+            scope[PEER_TRUSTED] = trusted  # type: ignore[literal-required]
+            await forwarded(scope, receive, send)  # type: ignore[arg-type]
 
-async def _unused(scope: object, receive: object, send: object) -> None:  # pragma: no cover
-    """The app slot of the middleware built only for its parsed list of trusted hosts."""
+        return proxy_peer

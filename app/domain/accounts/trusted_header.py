@@ -29,8 +29,8 @@ import secrets
 import time
 
 from litestar.connection import ASGIConnection
+from litestar.exceptions import PermissionDeniedException
 from litestar.middleware import ASGIMiddleware
-from litestar.response import Response
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from app.db.session import Sessions
@@ -54,10 +54,6 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _refusal(status: int, detail: str) -> Response[dict[str, object]]:
-    return Response({"status_code": status, "detail": detail}, status_code=status)
-
-
 class TrustedHeaderSignIn(ASGIMiddleware):
     """Runs inside the session middleware, before the session's user is read. An instance goes
     in the app's `middleware` list (Litestar calls it with each route's app)."""
@@ -73,9 +69,8 @@ class TrustedHeaderSignIn(ASGIMiddleware):
         if email:
             if not scope.get(PEER_TRUSTED):
                 self._warn_untrusted(scope)
-            elif (refused := await self._sign_in(ASGIConnection(scope), email)) is not None:
-                await refused(scope, receive, send)
-                return
+            else:
+                await self._sign_in(ASGIConnection(scope), email)
         await next_app(scope, receive, send)
 
     def _warn_untrusted(self, scope: Scope) -> None:
@@ -89,26 +84,26 @@ class TrustedHeaderSignIn(ASGIMiddleware):
                 client[0] if client else "an unknown address",
             )
 
-    async def _sign_in(
-        self, connection: ASGIConnection, email: str
-    ) -> Response[dict[str, object]] | None:
-        """Sign the connection in as `email`; a response when that is refused."""
+    async def _sign_in(self, connection: ASGIConnection, email: str) -> None:
+        """Sign the connection in as `email`, or raise the 403 that says why not (answered by
+        the route's exception handlers, as the API-key middleware's 401)."""
         email = accounts.normalize_email(email)
         session = connection.scope.get("session") or {}
         if session.get(TRUSTED_EMAIL_KEY) == email and session.get(USER_KEY):
-            return None  # signed in by this header before; the session's checks still apply
+            return  # signed in by this header before; the session's checks still apply
         sessions: Sessions = connection.app.state[SESSIONS_STATE_KEY]
         user = await accounts.get_user_by_email(sessions, email)
         if user is None:
             user = await self._new_account(sessions, email)
             if user is None:
-                return _refusal(403, f"there is no account for {email} here: ask an admin")
+                raise PermissionDeniedException(
+                    f"there is no account for {email} here: ask an admin"
+                )
         if user.state == UserState.DISABLED:
-            return _refusal(403, "this account is disabled")
+            raise PermissionDeniedException("this account is disabled")
         login(connection, user)  # type: ignore[arg-type]  # only the session is touched
         connection.scope["session"][TRUSTED_EMAIL_KEY] = email  # type: ignore[index]
         log.info("signed in %s by the trusted header", email)
-        return None
 
     async def _new_account(self, sessions: Sessions, email: str) -> User | None:
         """As a sign-up in this SIGNUP_MODE would make it, with a password nobody knows (an admin's
