@@ -100,7 +100,7 @@ def wait_ready(live: LiveServer, timeout_s: float = 15.0) -> httpx.Response:
 
 
 def assert_refusing(
-    alice: PageClient, live: LiveServer, existing: str, kind: str, words: str
+    alice: PageClient, key: str, live: LiveServer, existing: str, kind: str, words: str
 ) -> None:
     conversation = alice.post("/api/conversations", {})
     assert conversation.status_code == 503, conversation.text
@@ -109,6 +109,16 @@ def assert_refusing(
         sent.read()
         assert sent.status_code == 503, sent.text
         assert words in sent.json()["detail"]
+    api = httpx.post(
+        f"{live.url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={
+            "model": "any",
+            "messages": [{"role": "user", "content": "Hi [[synthetic:tokens=3]]"}],
+        },
+    )
+    assert api.status_code == 503, api.text  # in OpenAI's error shape
+    assert words in api.json()["error"]["message"], api.text
     ready = httpx.get(f"{live.url}/readyz")
     assert ready.status_code == 503, ready.text
     assert ready.json()["database"].startswith(f"refusing writes: {kind}"), ready.text
@@ -130,16 +140,19 @@ def assert_recovered(alice: PageClient, live: LiveServer, reply: ReplyReader, ki
     assert 'data-testid="storage-alert"' not in alice.http.get("/admin/live").text
 
 
-def signed_up(live: LiveServer) -> PageClient:
+def signed_up(live: LiveServer) -> tuple[PageClient, str]:
+    """Alice, the first account (the admin), and an API key of hers made while writes go through."""
     alice = PageClient(live.url, timeout_s=30)
-    alice.signup("alice@example.com")  # the first account: the admin
-    return alice
+    alice.signup("alice@example.com")
+    made = alice.post("/api/keys", {"name": "storage test"})
+    assert made.status_code == 201, made.text
+    return alice, made.json()["secret"]
 
 
 def test_sqlite_on_a_full_volume_refuses_clearly_and_recovers(tmp_path: Path) -> None:
     with small_volume(tmp_path / "volume") as volume:
         with throwaway_database("sqlite", volume) as url, server_for(url, tmp_path) as live:
-            alice = signed_up(live)
+            alice, key = signed_up(live)
             try:
                 assert wait_ready(live).json()["database"] == "ok"
                 assert gauge(alice, FULL) == 0.0
@@ -147,7 +160,7 @@ def test_sqlite_on_a_full_volume_refuses_clearly_and_recovers(tmp_path: Path) ->
                 reply = ReplyReader(alice, alice.new_conversation(), tokens=300)
                 reply.wait_started()
                 filler = fill(volume)
-                assert_refusing(alice, live, existing, FULL, "storage is full")
+                assert_refusing(alice, key, live, existing, FULL, "storage is full")
                 final = reply.wait_end()  # the reply ends while the volume is full...
                 assert final["status"] == "completed" and final.get("saved") is False, final
                 filler.unlink()  # ...and is saved once space is back
@@ -185,14 +198,14 @@ def read_only(url: str, on: bool) -> None:
 
 def test_postgresql_refusing_writes_is_a_clear_503_and_recovers(tmp_path: Path) -> None:
     with throwaway_database("postgresql", tmp_path) as url, server_for(url, tmp_path) as live:
-        alice = signed_up(live)
+        alice, key = signed_up(live)
         try:
             existing = alice.new_conversation()
             reply = ReplyReader(alice, alice.new_conversation(), tokens=300)
             reply.wait_started()
             read_only(url, True)
             try:
-                assert_refusing(alice, live, existing, READ_ONLY, "read-only")
+                assert_refusing(alice, key, live, existing, READ_ONLY, "read-only")
                 final = reply.wait_end()
                 assert final["status"] == "completed" and final.get("saved") is False, final
             finally:
