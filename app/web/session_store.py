@@ -68,6 +68,7 @@ async def session_store_check(store: Store) -> str | None:
     if not isinstance(store, RedisStore):
         return None
     try:
+        # RedisStore keeps its client as `_redis` (litestar/stores/redis.py) and has no ping of its own
         await asyncio.wait_for(store._redis.ping(), PING_TIMEOUT_S)
     except (*STORE_ERRORS, TimeoutError, OSError) as exc:
         return f"unreachable: {type(exc).__name__}"
