@@ -174,6 +174,12 @@ class Settings:
     signup_max_per_address: int = env("SIGNUP_MAX_PER_ADDRESS", 10)
     # Key prefix in SESSION_STORE_URL's Redis
     rate_limit_namespace: str = env("RATE_LIMIT_NAMESPACE", "streamchat-ratelimit")
+    # Proxies trusted for X-Forwarded-For/-Proto and the trusted sign-in header, judged on the
+    # connection's own peer (app/web/proxy_peer.py); the same variable uvicorn reads
+    forwarded_allow_ips: tuple[str, ...] = env("FORWARDED_ALLOW_IPS", ("127.0.0.1", "::1"))
+    # A header a trusted proxy (oauth2-proxy, Authelia...) signs users in by, naming their email:
+    # honoured only from FORWARDED_ALLOW_IPS (app/domain/accounts/trusted_header.py). None: off
+    auth_trusted_email_header: str | None = env("AUTH_TRUSTED_EMAIL_HEADER", None)
     # GET /metrics needs `Authorization: Bearer <token>` when set
     metrics_token: str | None = env("METRICS_TOKEN", None)
     # Live replies (running or waiting in the engine) one user may have in this process; more are

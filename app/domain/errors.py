@@ -57,3 +57,19 @@ class UnavailableError(DomainError):
     """The server is not taking replies now (not started, shutting down): try again shortly."""
 
     status = 503
+
+
+class SessionStoreUnavailableError(UnavailableError):
+    """The shared session store (SESSION_STORE_URL's Redis) cannot be reached: no session can be
+    read or written and no log-in attempt counted, so the request is refused (limits fail
+    closed), not guessed at."""
+
+    message = "the session store is unreachable: try again in a moment"
+    retry_after_s = 5
+
+    def __init__(self) -> None:
+        super().__init__(self.message)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}

@@ -24,9 +24,6 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
-from litestar.stores.base import Store
-from litestar.stores.memory import MemoryStore
-from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
 from app.domain.account.api import AccountApi
@@ -47,6 +44,7 @@ from app.domain.accounts.ratelimit import (
     MemoryAttemptStore,
     RedisAttemptStore,
 )
+from app.domain.accounts.trusted_header import TrustedHeaderSignIn
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
 from app.domain.admin.users_api import AdminUsersApi
@@ -65,26 +63,28 @@ from app.web.client_input import HTTP_CLIENT_CLOSED_REQUEST, SafeRequest
 from app.web.dependencies import app_dependencies
 from app.web.errors import EXCEPTION_HANDLERS, all_subclasses
 from app.web.metrics import metrics_endpoint
+from app.web.proxy_peer import ProxyPeer
 from app.web.security import security_headers_hook
 from app.web.services import Services
+from app.web.session_store import (
+    STORE_ERRORS,
+    STORE_EXCEPTION_HANDLERS,
+    redis_client,
+    session_store,
+)
 from app.web.sessions import RotatingSessionConfig
 from app.web.turns import UserWriteTurns
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SESSION_MAX_AGE_S = int(SESSION_MAX_AGE.total_seconds())
-
-
-def session_store(settings: Settings) -> Store:
-    """Server-side sessions live in memory, or in Redis when replicas must share them."""
-    if settings.session_store_url:
-        return RedisStore.with_client(settings.session_store_url, namespace="streamchat-sessions")
-    return MemoryStore()
+PROBES = ["^/healthz$", "^/readyz$"]  # liveness and readiness: no session, no user
 
 
 def attempt_store(settings: Settings) -> AttemptStore:
     """Log-in and sign-up attempts are counted where the sessions live: shared between replicas."""
     if settings.session_store_url:
-        return RedisAttemptStore(settings.session_store_url, settings.rate_limit_namespace)
+        client = redis_client(settings.session_store_url)
+        return RedisAttemptStore(client, settings.rate_limit_namespace)
     return MemoryAttemptStore()
 
 
@@ -98,6 +98,14 @@ def auth_limits(settings: Settings) -> AuthLimits:
         signup_window_s=settings.signup_window_s,
         signup_max_per_address=settings.signup_max_per_address,
     )
+
+
+def trusted_sign_in(settings: Settings) -> list[TrustedHeaderSignIn]:
+    """Sign-in by a trusted proxy's header, when AUTH_TRUSTED_EMAIL_HEADER names one."""
+    if not settings.auth_trusted_email_header:
+        return []
+    exclude = ("^/v1/", *PROBES, "^/static/")  # API keys; probes; files
+    return [TrustedHeaderSignIn(settings.auth_trusted_email_header, settings.signup_mode, exclude)]
 
 
 def openapi_config() -> OpenAPIConfig:
@@ -156,7 +164,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             flush_log_queue()
 
     session_config = RotatingSessionConfig(
-        max_age=SESSION_MAX_AGE_S, samesite="lax", httponly=True, store="sessions"
+        max_age=SESSION_MAX_AGE_S,
+        samesite="lax",
+        httponly=True,
+        store="sessions",
+        exclude=PROBES,  # alive and ready whatever the session store's state
     )
     csrf_config = CSRFConfig(
         secret=settings.secret_key,
@@ -191,21 +203,24 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),
         ],
         dependencies=app_dependencies(),
-        exception_handlers=EXCEPTION_HANDLERS,  # domain errors -> HTTP (app/domain/refusals.py)
+        # domain errors -> HTTP (app/domain/refusals.py); the session store away -> 503
+        exception_handlers={**EXCEPTION_HANDLERS, **STORE_EXCEPTION_HANDLERS},
         lifespan=[lifespan],
         request_class=SafeRequest,  # bad JSON bodies are 400s, a client gone mid-body a quiet 499
         middleware=[
+            ProxyPeer(settings.forwarded_allow_ips),  # before anything reads the client address
             session_config.middleware,
+            *trusted_sign_in(settings),
             # `connection.user`: the session's user; `/v1` authenticates by API key instead
             # (its router's own middleware, app/domain/openai/controllers.py).
-            DefineMiddleware(SessionAuthenticationMiddleware, exclude="^/v1/"),
+            DefineMiddleware(SessionAuthenticationMiddleware, exclude=["^/v1/", *PROBES]),
             UserWriteTurns(),  # one user's burst of writes does not hold up the others
         ],
         csrf_config=csrf_config,
         before_send=[security_headers_hook(settings.cookie_secure)],
         openapi_config=openapi_config(),
         state=State({"metrics_token": settings.metrics_token}),
-        stores={"sessions": session_store(settings)},
+        stores={"sessions": session_store(settings.session_store_url)},
         template_config=TemplateConfig(
             directory=PROJECT_ROOT / "templates",
             engine=JinjaTemplateEngine,
@@ -216,7 +231,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             log_exceptions="always",
             disable_stack_trace={400, 401, 403, 404, 405, 409, 413, 422, 429, 503}
             | {HTTP_CLIENT_CLOSED_REQUEST}  # client errors, and clients gone
-            | all_subclasses(DOMAIN_ERRORS),  # refusals (Litestar matches the exact class)
+            | all_subclasses(DOMAIN_ERRORS)  # refusals (Litestar matches the exact class)
+            | all_subclasses(STORE_ERRORS),  # the session store away: logged in one line
         ),
         debug=settings.debug,
     )

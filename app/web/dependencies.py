@@ -13,6 +13,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 
 from app.db.session import Sessions
+from app.db.storage import StorageHealth
 from app.domain.accounts.ratelimit import AuthLimits
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.push_events import UserPush
@@ -50,6 +51,10 @@ def provide_engine(services: NamedDependency[Services]) -> Engine:
     return services.engine
 
 
+def provide_storage(services: NamedDependency[Services]) -> StorageHealth:
+    return services.storage
+
+
 def provide_auth_limits(state: State) -> AuthLimits:
     return state.auth_limits
 
@@ -66,5 +71,6 @@ def app_dependencies() -> dict[str, Provide]:
             "push": provide_push,
             "engine": provide_engine,
             "auth_limits": provide_auth_limits,
+            "storage": provide_storage,
         }.items()
     }

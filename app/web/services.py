@@ -14,6 +14,7 @@ from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
+from app.db.storage import StorageHealth, watch_storage
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.ledger import DatabaseLedger
 from app.domain.chat.limits import ReplyLimits
@@ -28,6 +29,7 @@ from app.streaming.push import PushHub
 log = logging.getLogger(__name__)
 
 PUSH_CHANNEL = "streamchat_user_events"
+STORAGE_CHECK_S = 2.0
 
 
 @dataclass
@@ -42,14 +44,18 @@ class Services:
     conversations: ConversationService
     push: UserPush  # each user's events, to every page they have open
     push_relay: Broadcast  # ... on every replica
+    storage: StorageHealth  # whether the database takes writes (disk full, read-only)
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
     _engine_start: asyncio.Task[None] | None = None
+    _storage_watch: asyncio.Task[None] | None = None
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
         db_engine = create_db_engine(settings.database_url)
         sessions = make_sessionmaker(db_engine)
+        storage = StorageHealth(settings.database_url, on_change=metrics.storage_changed)
+        watch_storage(db_engine, storage)
         engine = engine or create_engine(settings.engine)
         metrics.watch_engine(engine.stats)
         cancel_channel = cancel_channel_for(settings.database_url, sessions)
@@ -84,6 +90,7 @@ class Services:
             ConversationService(sessions, manager, push),
             push,
             push_relay,
+            storage=storage,
         )
 
     async def start(self) -> None:
@@ -94,6 +101,19 @@ class Services:
         # The model loads in the background: meanwhile the server answers, /readyz says
         # "loading" and a reply request gets a clear 503 (the engine refuses until started).
         self._engine_start = asyncio.create_task(self._start_engine(), name="engine-start")
+        self._storage_watch = asyncio.create_task(self._watch_storage(), name="storage-watch")
+
+    async def _watch_storage(self) -> None:
+        """Every few seconds: SQLite's free space always (a statvfs), PostgreSQL only while it
+        refuses writes, so that /readyz, /metrics and the admin see the state, and its end,
+        without waiting for a write to fail or succeed."""
+        while True:
+            await asyncio.sleep(STORAGE_CHECK_S)
+            if self.storage.sqlite_dir is not None or self.storage.problem is not None:
+                try:
+                    await self.storage.check(self.db_engine)
+                except Exception:  # the database away altogether: /readyz says so
+                    log.debug("storage check failed", exc_info=True)
 
     async def _start_engine(self) -> None:
         try:
@@ -106,6 +126,8 @@ class Services:
         log.info("engine %s ready", self.engine.model_name)
 
     async def stop(self) -> None:
+        if self._storage_watch is not None:
+            self._storage_watch.cancel()
         await self.cancel_channel.stop()
         await self.push_relay.stop()
         self.push.close()

@@ -12,13 +12,14 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from app.db.session import Sessions
+from app.db.storage import StorageHealth
 from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
 from app.domain.admin.acting import record_look
 from app.domain.admin.charts import histogram_svg, ratings_per_day_svg, states_over_time_svg
 from app.domain.admin.tree_view import conversation_tree
-from app.domain.admin.views import kill_reply, live_generations
+from app.domain.admin.views import kill_reply, live_generations, storage_alert
 from app.domain.chat import chat_settings, ratings
 from app.domain.chat.models import Rating
 from app.domain.chat.replies import ReplyService
@@ -169,13 +170,20 @@ class AdminPages(Controller):
 
     @get("/live")
     async def live(
-        self, replies: NamedDependency[ReplyService], engine: NamedDependency[Engine]
+        self,
+        replies: NamedDependency[ReplyService],
+        engine: NamedDependency[Engine],
+        storage: NamedDependency[StorageHealth],
     ) -> Template:
         emails = {str(u.id): u.email for u in await accounts.list_users(replies.sessions)}
         generations = live_generations(replies.manager, emails)
         return Template(
             "admin/live.html",
-            context=dict(generations=generations, engine_stats=engine.stats()),
+            context=dict(
+                generations=generations,
+                engine_stats=engine.stats(),
+                storage=storage_alert(storage),
+            ),
         )
 
     @post("/live/{message_id:uuid}/kill", status_code=303)

@@ -9,6 +9,7 @@ from uuid import UUID
 import msgspec
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 
+from app.db.storage import StorageHealth
 from app.domain.chat import reply_rows
 from app.domain.chat.models import Message
 from app.domain.chat.replies import ReplyService
@@ -83,3 +84,15 @@ def live_generations(
         }
         for g in manager.live()
     ]
+
+
+def storage_alert(storage: StorageHealth) -> dict[str, Any] | None:
+    """What the live view shows while the database refuses writes (app/db/storage.py), or None."""
+    if storage.problem is None:
+        return None
+    return {
+        "kind": storage.kind,
+        "detail": storage.detail,
+        "since": datetime.fromtimestamp(storage.since or 0, UTC),
+        "refusals": storage.refusals,
+    }
