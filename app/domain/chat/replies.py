@@ -27,8 +27,18 @@ from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
-from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
-from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
+from app.domain.errors import (
+    ContextLengthExceededError,
+    DomainError,
+    EngineRefusedError,
+    UnavailableError,
+)
+from app.engine.base import (
+    EngineError,
+    EngineUnavailableError,
+    PromptTooLongError,
+    SamplingParams,
+)
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
@@ -310,6 +320,8 @@ class ReplyService:
                 generation = await self.manager.start_reply(request, persist)
             except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
                 raise UnavailableError(str(exc)) from exc
+            except PromptTooLongError as exc:
+                raise _too_long(exc) from exc
             except EngineError as exc:
                 raise EngineRefusedError(str(exc)) from exc
         if self.push is not None and source == "page":  # its rows are committed: tell the others
@@ -365,6 +377,15 @@ class ReplyService:
         if reply.is_final:
             return str(reply.status)
         return await self.elsewhere.stop(str(reply.id), cause, wait_s)
+
+
+def _too_long(exc: PromptTooLongError) -> ContextLengthExceededError:
+    # The context holds the prompt and the reply; an engine's other prompt limits (TensorRT-LLM's
+    # max_num_tokens: app/engine/trtllm/limits.py) hold the prompt alone.
+    reply_room = type(exc) is PromptTooLongError
+    return ContextLengthExceededError(
+        str(exc), exc.prompt_tokens, exc.context_size, reply_room=reply_room
+    )
 
 
 def _rows(reply: Message, question_id: UUID) -> ReplyRows:
