@@ -119,6 +119,7 @@ const replies = new Replies({
   announce,
   onStarted: (id, content) => conversations.touch(id, content),
   onLive: showLive,
+  onStale: (id) => id === conversations.currentId && openConversation(id),
 });
 
 // The user's other tabs and devices: their events over the page's one push channel.
@@ -129,6 +130,7 @@ const { sync, push } = hearOtherTabs({
   replies,
   reload: (id) => openConversation(id),
   onGone: (c) => conversations.onDeleted(c),
+  shownLeaf: () => messages.lastShownId(),
 });
 
 const account = new AccountDialog({

@@ -1,4 +1,5 @@
-"""A user's conversations as their pages see them: created, imported, renamed and deleted, each
+"""A user's conversations as their pages see them: created, imported, renamed, deleted and
+switched to another version, each
 change told, once committed, to every open page of that user (app/domain/chat/push_events.py).
 
 With ReplyService (a reply started or ended, a chat named by its first message), this is where
@@ -10,10 +11,11 @@ from __future__ import annotations
 from uuid import UUID
 
 from app.db.session import Sessions
-from app.domain.chat import conversations, importing
+from app.domain.chat import branches, conversations, importing
 from app.domain.chat.archive_schemas import ConversationExport
 from app.domain.chat.models import Conversation
 from app.domain.chat.push_events import (
+    BranchShown,
     ConversationCreated,
     ConversationDeleted,
     ConversationRenamed,
@@ -50,6 +52,18 @@ class ConversationService:
             raise conversations.ConversationNotFoundError(conversation_id)
         self.push.publish(user_id, ConversationRenamed(str(conversation_id), conversation.title))
         return conversation
+
+    async def show_branch(
+        self, user_id: UUID, conversation_id: UUID, message_id: UUID
+    ) -> branches.Thread:
+        """Show the branch through `message_id` (branches.switch_branch); the user's other pages
+        showing the conversation re-render it, so that each sends after what it shows."""
+        thread = await branches.switch_branch(self.sessions, user_id, conversation_id, message_id)
+        leaf = thread.conversation.current_leaf_id
+        self.push.publish(
+            user_id, BranchShown(str(conversation_id), None if leaf is None else str(leaf))
+        )
+        return thread
 
     async def delete(self, user_id: UUID, conversation_id: UUID) -> None:
         """Delete a conversation, then stop what it is still generating: after the delete, so

@@ -1,5 +1,5 @@
 """What one page of a user hears about the user's other pages: a reply started or ended, a
-conversation created, renamed or deleted. Small events, published after the write they report has
+conversation created, renamed or deleted, another version of one shown. Small events, published after the write they report has
 committed, to every open page of that user only (app/streaming/push.py keeps the channels).
 
 A page that hears `reply_started` for the conversation it shows resumes that reply the usual way
@@ -54,6 +54,14 @@ class ConversationDeleted(msgspec.Struct, tag_field="event", tag="conversation_d
     conversation_id: str
 
 
+class BranchShown(msgspec.Struct, tag_field="event", tag="branch_shown"):
+    """Another version is shown (a page switched it): the pages showing the conversation
+    re-render it, so that what they show, and send after, is the branch ending at `leaf_id`."""
+
+    conversation_id: str
+    leaf_id: str | None
+
+
 class Resync(msgspec.Struct, tag_field="event", tag="resync"):
     """Events were dropped (the page fell behind, or just connected): refetch what it shows."""
 
@@ -64,6 +72,7 @@ PushEvent = (
     | ConversationCreated
     | ConversationRenamed
     | ConversationDeleted
+    | BranchShown
     | Resync
 )
 

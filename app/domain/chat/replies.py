@@ -26,7 +26,14 @@ from app.domain.chat import branches, chat_settings, conversations, prompts, rep
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
-from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
+from app.domain.chat.schemas import (
+    CancelReply,
+    ReplyOptions,
+    ResumeReply,
+    SendMessage,
+    SendTurn,
+    StopResult,
+)
 from app.domain.errors import (
     ContextLengthExceededError,
     DomainError,
@@ -137,9 +144,11 @@ class ReplyService:
     # -- the transports' API ---------------------------------------------------------------------
 
     async def send(
-        self, user_id: UUID, conversation_id: UUID, request: SendMessage, *, transport: str
+        self, user_id: UUID, conversation_id: UUID, request: SendTurn, *, transport: str
     ) -> ReplyEvents:
-        """Add the user's message to their conversation and stream the reply from its start.
+        """Add the user's message to their conversation, after `request.parent_id` (the end of
+        the branch on the sender's screen; None: the branch shown), and stream the reply from its
+        start.
 
         One transaction, in `_launch`'s order: the conversation with its settings and the branch
         on screen are read (one query, which also checks that the session's user still exists:
@@ -150,7 +159,7 @@ class ReplyService:
         SQLAlchemy keeps: sqlalchemy/dialects/sqlite/base.py, "Legacy Transaction Mode"), so the
         write transaction starts with `write_turn`'s UPDATE."""
         async with self.sessions(expire_on_commit=False) as session:
-            turn = await prompts.next_turn(session, user_id, conversation_id)
+            turn = await prompts.next_turn(session, user_id, conversation_id, request.parent_id)
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
