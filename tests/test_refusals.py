@@ -70,7 +70,6 @@ def make_app() -> Litestar:
     return Litestar([*handlers, limited, too_long, v1], exception_handlers=EXCEPTION_HANDLERS)
 
 
-
 def test_every_domain_error_has_its_status_over_http_v1_and_the_websocket() -> None:
     with TestClient(make_app()) as client:
         for name, (exc, status, message) in CASES.items():

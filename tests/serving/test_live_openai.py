@@ -275,8 +275,7 @@ def test_bad_parameters_are_400_and_write_nothing(
 # Each message fits the page's per-message limit; together they are far over any context the
 # model has (SmolLM2 was trained for 8,192 tokens), and under the server's character guard.
 LONG_HISTORY: list[dict[str, str]] = [
-    {"role": "user" if i % 2 == 0 else "assistant", "content": "7 " * 7400}
-    for i in range(3)
+    {"role": "user" if i % 2 == 0 else "assistant", "content": "7 " * 7400} for i in range(3)
 ] + [{"role": "user", "content": "And then?"}]
 
 
@@ -297,7 +296,10 @@ def test_messages_over_the_context_are_context_length_exceeded(
     counts_before = query(live_database_url, "SELECT count(*) AS n FROM conversations")
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(
-            model=model, messages=messages, max_tokens=4, stream=stream  # type: ignore[call-overload]
+            model=model,
+            messages=messages,
+            max_tokens=4,
+            stream=stream,  # type: ignore[call-overload]
         )
     assert raised.value.status_code == 400
     error = raised.value.body

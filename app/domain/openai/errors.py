@@ -20,7 +20,7 @@ ERRORS = {
     400: (
         "an invalid request (the message says what is wrong; `param` names the field at fault). "
         'Messages too long for the model\'s context are `code: "context_length_exceeded"`, '
-        "`param: \"messages\"`, as OpenAI answers them: nothing is ever cut to make them fit"
+        '`param: "messages"`, as OpenAI answers them: nothing is ever cut to make them fit'
     ),
     401: "no API key, or one that is not valid",
     404: "no such model",
