@@ -11,7 +11,7 @@ from litestar.testing import TestClient
 from app.domain.accounts.ratelimit import TooManyAttemptsError
 from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.frames import BadFrameError
-from app.domain.chat.replies import NotFoundError, TooManyRepliesError
+from app.domain.chat.replies import NotFoundError, TooManyRepliesError, context_refusal
 from app.domain.chat.reply_rows import NotRegenerableError
 from app.domain.chat.websocket import rejection
 from app.domain.errors import (
@@ -23,7 +23,10 @@ from app.domain.errors import (
 )
 from app.domain.json_input import BadJsonError
 from app.domain.openai.controllers import openai_router
+from app.domain.openai.errors import context_length_message
 from app.domain.refusals import ConflictError, documented
+from app.engine.base import PromptTooLongError
+from app.engine.trtllm.limits import PromptOverBatchError
 from app.web.errors import EXCEPTION_HANDLERS
 
 CASES = {
@@ -104,6 +107,29 @@ def test_a_prompt_over_the_context_is_openais_context_length_exceeded_under_v1()
     }
     assert page.status_code == 400
     assert page.json()["detail"] == str(TOO_LONG)
+
+
+def test_every_engines_prompt_limit_is_context_length_exceeded() -> None:
+    """The engines' refusals (app/engine/base.py, TensorRT-LLM's prompt limit in
+    app/engine/trtllm/limits.py) become the one domain error `/v1` answers as OpenAI does,
+    each saying which limit it is."""
+    over_context = context_refusal(PromptTooLongError(2048, 2048))
+    assert (over_context.prompt_tokens, over_context.limit, over_context.reply_room) == (
+        2048,
+        2048,
+        True,
+    )
+    assert str(over_context) == str(PromptTooLongError(2048, 2048))  # the page's words
+    over_batch = context_refusal(PromptOverBatchError(9000, 8192))
+    assert (over_batch.prompt_tokens, over_batch.limit, over_batch.reply_room) == (
+        9000,
+        8192,
+        False,
+    )
+    assert context_length_message(over_batch) == (
+        "This model takes at most 8192 tokens of messages in one request. However, your "
+        "messages resulted in 9000 tokens. Please reduce the length of the messages."
+    )
 
 
 def test_login_limits_keep_their_body_and_retry_after() -> None:

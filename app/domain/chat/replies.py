@@ -330,7 +330,7 @@ class ReplyService:
             except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
                 raise UnavailableError(str(exc)) from exc
             except PromptTooLongError as exc:
-                raise _too_long(exc) from exc
+                raise context_refusal(exc) from exc
             except EngineError as exc:
                 raise EngineRefusedError(str(exc)) from exc
         if self.push is not None and source == "page":  # its rows are committed: tell the others
@@ -388,7 +388,7 @@ class ReplyService:
         return await self.elsewhere.stop(str(reply.id), cause, wait_s)
 
 
-def _too_long(exc: PromptTooLongError) -> ContextLengthExceededError:
+def context_refusal(exc: PromptTooLongError) -> ContextLengthExceededError:
     # The context holds the prompt and the reply; an engine's other prompt limits (TensorRT-LLM's
     # max_num_tokens: app/engine/trtllm/limits.py) hold the prompt alone.
     reply_room = type(exc) is PromptTooLongError
