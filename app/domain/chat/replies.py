@@ -40,12 +40,7 @@ from app.domain.errors import (
     EngineRefusedError,
     UnavailableError,
 )
-from app.engine.base import (
-    EngineError,
-    EngineUnavailableError,
-    PromptTooLongError,
-    SamplingParams,
-)
+from app.engine.base import EngineError, EngineUnavailableError, PromptTooLongError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
