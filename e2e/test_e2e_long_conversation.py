@@ -14,9 +14,10 @@ conversation is routed to the short one's URL, and what streams back is drawn in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from e2e.conftest import User
 from e2e.helpers import ChatPage, csrf_headers, screenshot
@@ -83,12 +84,14 @@ def test_a_2000_message_conversation_opens_and_streams_with_no_long_task(
     # A reply streams into it, the page following the text.
     short = request.post("/api/conversations", data={}, headers=csrf_headers(user.context, request))
     assert short.status == 201, short.text()
-    page.route(
-        f"**/api/conversations/{conversation}/messages",
-        lambda route: route.continue_(
-            url=route.request.url.replace(conversation, short.json()["id"])
-        ),
-    )
+
+    def to_short(route: Route) -> None:
+        body = json.loads(route.request.post_data or "{}")
+        body.pop("parent_id", None)  # the huge conversation's last message: not the short one's
+        url = route.request.url.replace(conversation, short.json()["id"])
+        route.continue_(url=url, post_data=json.dumps(body))
+
+    page.route(f"**/api/conversations/{conversation}/messages", to_short)
     chat.page.locator("#messages").evaluate("(el) => { el.scrollTop = el.scrollHeight; }")
     reply = chat.send("Thank you. Say goodbye in one sentence.")
     chat.wait_done(reply)

@@ -53,6 +53,18 @@ class EngineRefusedError(DomainError):
     The engine's own errors know nothing of clients; ReplyService turns them into these."""
 
 
+class ContextLengthExceededError(EngineRefusedError):
+    """The prompt does not fit the model's context (with room for one reply token), or is longer
+    than the engine takes in one prompt (`reply_room` False): nothing was cut to make it fit.
+    `/v1` answers it as OpenAI does (`code: "context_length_exceeded"`)."""
+
+    def __init__(self, message: str, prompt_tokens: int, limit: int, *, reply_room: bool) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit
+        self.reply_room = reply_room
+
+
 class UnavailableError(DomainError):
     """The server is not taking replies now (not started, shutting down): try again shortly."""
 

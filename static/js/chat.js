@@ -127,6 +127,7 @@ const replies = new Replies({
     if (id === conversations.currentId) archivedNote.show(null); // a new turn unarchives it
   },
   onLive: showLive,
+  onStale: (id) => id === conversations.currentId && openConversation(id),
 });
 
 // The user's other tabs and devices: their events over the page's one push channel.
@@ -137,6 +138,7 @@ const { sync, push } = hearOtherTabs({
   replies,
   reload: (id) => openConversation(id),
   onGone: (c) => conversations.onDeleted(c),
+  shownLeaf: () => messages.lastShownId(),
 });
 
 const account = new AccountDialog({

@@ -40,7 +40,7 @@ function fakeList(items, currentId = null) {
   };
 }
 
-function setup({ items = [], currentId = null, liveHere = [] } = {}) {
+function setup({ items = [], currentId = null, liveHere = [], shown = null } = {}) {
   const list = fakeList(items, currentId);
   const reloads = [];
   const gone = [];
@@ -49,9 +49,26 @@ function setup({ items = [], currentId = null, liveHere = [] } = {}) {
     replies: { liveFor: (id) => (liveHere.includes(id) ? {} : null) },
     reload: (id) => reloads.push(id),
     onGone: (c) => gone.push(c.id),
+    shownLeaf: () => shown,
   });
   return { list, sync, reloads, gone };
 }
+
+test("another version shown elsewhere re-renders the conversation on screen, unless it shows it", () => {
+  const items = [{ id: "c1", title: "Dragons" }, { id: "c2", title: "Owls" }];
+  const stale = setup({ items, currentId: "c1", shown: "m-2of2" });
+  stale.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  assert.deepEqual(stale.reloads, ["c1"]);
+  // The page that switched (it shows that branch already), another conversation, or a reply
+  // streaming here: nothing to redraw.
+  const switcher = setup({ items, currentId: "c1", shown: "m-1of2" });
+  switcher.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  const other = setup({ items, currentId: "c2", shown: "m-9" });
+  other.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  const busy = setup({ items, currentId: "c1", shown: "m-2of2", liveHere: ["c1"] });
+  busy.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  assert.deepEqual([switcher.reloads, other.reloads, busy.reloads], [[], [], []]);
+});
 
 test("a reply started elsewhere in the conversation on screen is resumed here (a reload)", () => {
   const { list, sync, reloads } = setup({ items: [{ id: "c1", title: "Dragons" }], currentId: "c1" });

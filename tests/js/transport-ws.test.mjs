@@ -78,6 +78,16 @@ test("every request frame carries its own client_ref", async () => {
   assert.equal(new Set(refs).size, 4);
 });
 
+test("a send names the message it follows, the last one on the page's screen, when there is one", async () => {
+  const ws = transport();
+  read(ws, { ...send("after m7"), parentId: "m7" });
+  read(ws, send("first of a conversation"));
+  await until(() => FakeSocket.last?.sent.length === 2);
+  const [after, first] = FakeSocket.last.sent;
+  assert.equal(after.parent_id, "m7");
+  assert.equal("parent_id" in first, false);
+});
+
 test("two sends in flight: each start, in any order, reaches the reply that asked", async () => {
   const ws = transport();
   const first = read(ws, send("first"));

@@ -44,6 +44,7 @@ from app.domain.chat.schemas import (
     ReplyOptions,
     ResumeReply,
     SendMessage,
+    SendTurn,
     ShowBranch,
     StopResult,
 )
@@ -163,14 +164,15 @@ class ConversationController(Controller):
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(
         self,
-        sessions: NamedDependency[Sessions],
+        conversation_service: NamedDependency[ConversationService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
         data: JSONBody[ShowBranch],
     ) -> ConversationWithMessages:
         """Show another version (the branch through `message_id`, to its newest end): the
-        conversation as it reads now. The next turn follows it."""
-        thread = await branches.switch_branch(sessions, user.id, conversation_id, data.message_id)
+        conversation as it reads now. The next turn follows it; the user's other pages showing
+        the conversation hear of it (push event `branch_shown`) and re-render it."""
+        thread = await conversation_service.show_branch(user.id, conversation_id, data.message_id)
         return ConversationWithMessages.of_thread(thread)
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
@@ -199,7 +201,7 @@ class ConversationController(Controller):
         "/{conversation_id:uuid}/messages",
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
-        raises=START_REPLY,
+        raises=[*START_REPLY, ConflictError],
         opt=LONG_LIVED,
     )
     async def send(
@@ -207,9 +209,12 @@ class ConversationController(Controller):
         request: Request[UUID, Any, Any],
         replies: NamedDependency[ReplyService],
         conversation_id: FromPath[UUID],
-        data: JSONBody[SendMessage],
+        data: JSONBody[SendTurn],
     ) -> Stream:
-        """Send a message; the answer is the reply as server-sent events."""
+        """Send a message, after `parent_id` (the last message the page shows; left out: the
+        branch the server shows); the answer is the reply as server-sent events. 404: the
+        parent is not a message of this conversation; 409: something follows it already (the
+        page missed a turn added elsewhere: reload the conversation)."""
         # The user's row is read by the send's own query (ReplyService.send), not separately:
         # the user id is the session's (`request.user`), and Litestar resolves only the
         # dependencies a handler names (`expected_dependencies`, litestar/_kwargs/kwargs_model.py),

@@ -1,6 +1,6 @@
 """A user's conversations as their pages see them: created, imported, renamed, filed (pinned or
-archived) and deleted, each change told, once committed, to every open page of that user
-(app/domain/chat/push_events.py).
+archived), deleted and switched to another version, each change told, once committed, to every
+open page of that user (app/domain/chat/push_events.py).
 
 With ReplyService (a reply started or ended, a chat named by its first message), this is where
 push events are published: the routes only call it, so every way in publishes the same events.
@@ -11,10 +11,11 @@ from __future__ import annotations
 from uuid import UUID
 
 from app.db.session import Sessions
-from app.domain.chat import conversations, importing
+from app.domain.chat import branches, conversations, importing
 from app.domain.chat.archive_schemas import ConversationExport
 from app.domain.chat.models import Conversation
 from app.domain.chat.push_events import (
+    BranchShown,
     ConversationCreated,
     ConversationDeleted,
     ConversationFiled,
@@ -88,6 +89,18 @@ class ConversationService:
         if pinned is not None or archived is not None:
             self.push.publish(user_id, filed_event(filed))
         return filed
+
+    async def show_branch(
+        self, user_id: UUID, conversation_id: UUID, message_id: UUID
+    ) -> branches.Thread:
+        """Show the branch through `message_id` (branches.switch_branch); the user's other pages
+        showing the conversation re-render it, so that each sends after what it shows."""
+        thread = await branches.switch_branch(self.sessions, user_id, conversation_id, message_id)
+        leaf = thread.conversation.current_leaf_id
+        self.push.publish(
+            user_id, BranchShown(str(conversation_id), None if leaf is None else str(leaf))
+        )
+        return thread
 
     async def delete(self, user_id: UUID, conversation_id: UUID) -> None:
         """Delete a conversation, then stop what it is still generating: after the delete, so

@@ -1,7 +1,7 @@
 """What one page of a user hears about the user's other pages: a reply started or ended, a
-conversation created, renamed, filed (pinned or archived, or back) or deleted. Small events,
-published after the write they report has committed, to every open page of that user only
-(app/streaming/push.py keeps the channels).
+conversation created, renamed, filed (pinned or archived, or back) or deleted, another version of
+one shown. Small events, published after the write they report has committed, to every open page
+of that user only (app/streaming/push.py keeps the channels).
 
 A page that hears `reply_started` for the conversation it shows resumes that reply the usual way
 (`ReplyService.resume`, from offset 0): the text itself only ever travels through the streaming
@@ -65,6 +65,14 @@ class ConversationDeleted(msgspec.Struct, tag_field="event", tag="conversation_d
     conversation_id: str
 
 
+class BranchShown(msgspec.Struct, tag_field="event", tag="branch_shown"):
+    """Another version is shown (a page switched it): the pages showing the conversation
+    re-render it, so that what they show, and send after, is the branch ending at `leaf_id`."""
+
+    conversation_id: str
+    leaf_id: str | None
+
+
 class Resync(msgspec.Struct, tag_field="event", tag="resync"):
     """Events were dropped (the page fell behind, or just connected): refetch what it shows."""
 
@@ -76,6 +84,7 @@ PushEvent = (
     | ConversationRenamed
     | ConversationFiled
     | ConversationDeleted
+    | BranchShown
     | Resync
 )
 

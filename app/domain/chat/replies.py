@@ -26,9 +26,21 @@ from app.domain.chat import branches, chat_settings, conversations, prompts, rep
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
-from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
-from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
-from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
+from app.domain.chat.schemas import (
+    CancelReply,
+    ReplyOptions,
+    ResumeReply,
+    SendMessage,
+    SendTurn,
+    StopResult,
+)
+from app.domain.errors import (
+    ContextLengthExceededError,
+    DomainError,
+    EngineRefusedError,
+    UnavailableError,
+)
+from app.engine.base import EngineError, EngineUnavailableError, PromptTooLongError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
@@ -127,9 +139,11 @@ class ReplyService:
     # -- the transports' API ---------------------------------------------------------------------
 
     async def send(
-        self, user_id: UUID, conversation_id: UUID, request: SendMessage, *, transport: str
+        self, user_id: UUID, conversation_id: UUID, request: SendTurn, *, transport: str
     ) -> ReplyEvents:
-        """Add the user's message to their conversation and stream the reply from its start.
+        """Add the user's message to their conversation, after `request.parent_id` (the end of
+        the branch on the sender's screen; None: the branch shown), and stream the reply from its
+        start.
 
         One transaction, in `_launch`'s order: the conversation with its settings and the branch
         on screen are read (one query, which also checks that the session's user still exists:
@@ -140,7 +154,7 @@ class ReplyService:
         SQLAlchemy keeps: sqlalchemy/dialects/sqlite/base.py, "Legacy Transaction Mode"), so the
         write transaction starts with `write_turn`'s UPDATE."""
         async with self.sessions(expire_on_commit=False) as session:
-            turn = await prompts.next_turn(session, user_id, conversation_id)
+            turn = await prompts.next_turn(session, user_id, conversation_id, request.parent_id)
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
@@ -310,6 +324,8 @@ class ReplyService:
                 generation = await self.manager.start_reply(request, persist)
             except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
                 raise UnavailableError(str(exc)) from exc
+            except PromptTooLongError as exc:
+                raise context_refusal(exc) from exc
             except EngineError as exc:
                 raise EngineRefusedError(str(exc)) from exc
         if self.push is not None and source == "page":  # its rows are committed: tell the others
@@ -365,6 +381,15 @@ class ReplyService:
         if reply.is_final:
             return str(reply.status)
         return await self.elsewhere.stop(str(reply.id), cause, wait_s)
+
+
+def context_refusal(exc: PromptTooLongError) -> ContextLengthExceededError:
+    # The context holds the prompt and the reply; an engine's other prompt limits (TensorRT-LLM's
+    # max_num_tokens: app/engine/trtllm/limits.py) hold the prompt alone.
+    reply_room = type(exc) is PromptTooLongError
+    return ContextLengthExceededError(
+        str(exc), exc.prompt_tokens, exc.context_size, reply_room=reply_room
+    )
 
 
 def _rows(reply: Message, question_id: UUID) -> ReplyRows:

@@ -53,6 +53,15 @@ class SendMessage(ReplyOptions, kw_only=True):
     content: str
 
 
+class SendTurn(SendMessage, kw_only=True):
+    """A new question, after the message the sender's page shows last."""
+
+    # The end of the branch on the sender's screen, which the new turn follows (so a tab that
+    # has not heard of a version switch elsewhere still answers what it shows). None (or left
+    # out): the branch the server shows, the conversation's current one.
+    parent_id: UUID | None = None
+
+
 class ResumeReply(msgspec.Struct, forbid_unknown_fields=True):
     """Follow a reply again from character offset `after` (what the client has already)."""
 

@@ -12,11 +12,16 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from app.domain.chat.replies import TooManyRepliesError
+from app.domain.errors import ContextLengthExceededError
 from app.domain.openai.schemas import openai_error
 from app.domain.refusals import refusal_for
 
 ERRORS = {
-    400: "an invalid request (the message says what is wrong)",
+    400: (
+        "an invalid request (the message says what is wrong; `param` names the field at fault). "
+        'Messages too long for the model\'s context are `code: "context_length_exceeded"`, '
+        '`param: "messages"`, as OpenAI answers them: nothing is ever cut to make them fit'
+    ),
     401: "no API key, or one that is not valid",
     404: "no such model",
     503: "the server is not taking requests (shutting down): try again in a moment",
@@ -44,6 +49,9 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
         message = f"invalid request: {exc.extra or exc.detail}"
     elif isinstance(exc, HTTPException):
         message = exc.detail
+    elif isinstance(exc, ContextLengthExceededError):  # OpenAI's words, so clients recognise it
+        status, message = 400, context_length_message(exc)
+        fields = {"param": "messages", "code": "context_length_exceeded"}
     elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
         status, message = refusal.status, refusal.message
         fields = {
@@ -59,3 +67,20 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
     if status >= 500:
         kind = "server_error"
     return Response(openai_error(message, kind=kind, **fields), status_code=status)
+
+
+def context_length_message(exc: ContextLengthExceededError) -> str:
+    """OpenAI's message for it ("This model's maximum context length is 8192 tokens. However,
+    your messages resulted in 8227 tokens. Please reduce the length of the messages."), saying
+    which limit it is: the context holds the reply too."""
+    if exc.reply_room:
+        limit = (
+            f"This model's maximum context length is {exc.limit} tokens, "
+            f"the messages and at least one token of the reply together."
+        )
+    else:
+        limit = f"This model takes at most {exc.limit} tokens of messages in one request."
+    return (
+        f"{limit} However, your messages resulted in {exc.prompt_tokens} tokens. "
+        f"Please reduce the length of the messages."
+    )
