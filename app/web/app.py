@@ -29,7 +29,6 @@ from litestar.stores.memory import MemoryStore
 from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
-from app.domain.accounts.access import AccessCache
 from app.domain.accounts.authentication import (
     ACCESS_STATE_KEY,
     SESSIONS_STATE_KEY,
@@ -138,13 +137,12 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         services = Services.build(settings, engine)
         app.state.services = services
         app.state[SESSIONS_STATE_KEY] = services.sessions  # for auth and guards (no DI there)
-        app.state[ACCESS_STATE_KEY] = access = AccessCache(services.sessions)
+        app.state[ACCESS_STATE_KEY] = services.access  # shared with the sign-out check
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
             yield
         finally:
-            await access.close()
             await services.stop()
             await limits.store.close()
             flush_log_queue()

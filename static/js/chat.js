@@ -41,11 +41,23 @@ function goToLogin() {
   const next = encodeURIComponent(location.pathname + location.hash);
   location.assign(`/login?next=${next}`);
 }
-setUnauthorizedHandler(goToLogin);
+
+const SIGNED_OUT_PAUSE_MS = 1500;
+/** The account was signed out while the page was open (disabled, deleted, its password reset,
+ * logged out everywhere; or the session simply ended): the server has stopped its replies and
+ * closes its channels. The page shows the replies stopped for a moment, then the log-in page. */
+function signedOut(reason = "session") {
+  if (root.dataset.signedOut) return; // already on its way
+  root.dataset.signedOut = reason;
+  announce("You have been signed out. Taking you to the log-in page.");
+  setTimeout(goToLogin, SIGNED_OUT_PAUSE_MS);
+}
+// Any 401 means the session is gone; once signed out, the log-in page is coming already.
+setUnauthorizedHandler(() => (root.dataset.signedOut ? undefined : goToLogin()));
 
 const transports = {
   sse: new SseTransport(),
-  ws: new WsTransport({ onUnauthorized: goToLogin }),
+  ws: new WsTransport({ onUnauthorized: () => signedOut() }),
 };
 
 const transport = new TransportChoice($("#transport"), (name) => {
@@ -129,6 +141,7 @@ const { sync, push } = hearOtherTabs({
   replies,
   reload: (id) => openConversation(id),
   onGone: (c) => conversations.onDeleted(c),
+  onSignedOut: signedOut,
 });
 
 const account = new AccountDialog({

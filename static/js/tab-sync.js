@@ -14,9 +14,10 @@ export class TabSync {
    * @param replies        the page's Replies (what streams here)
    * @param reload         (id): reload the conversation on screen (resumes a reply it streams)
    * @param onGone         (conversation): it was deleted (the list's onDeleted)
+   * @param onSignedOut    (reason): the account was signed out everywhere (disabled, deleted...)
    */
-  constructor({ conversations, replies, reload, onGone }) {
-    Object.assign(this, { conversations, replies, reload, onGone });
+  constructor({ conversations, replies, reload, onGone, onSignedOut }) {
+    Object.assign(this, { conversations, replies, reload, onGone, onSignedOut });
     this.elsewhere = new Map(); // conversationId -> messageId of a reply streaming in another tab
   }
 
@@ -69,6 +70,9 @@ export class TabSync {
       }
       case "resync":
         this.resync();
+        return;
+      case "signed_out":
+        this.onSignedOut?.(ev.reason);
         return;
       default:
         return; // an event this page does not know yet

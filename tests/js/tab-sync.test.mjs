@@ -150,3 +150,16 @@ test("WS: a socket for replies only does not subscribe", async () => {
   assert.deepEqual(FakeSocket.last.sent, []);
   clearTimeout(ws.watchdog);
 });
+
+test("signed_out hands the reason to the page (which goes to the log-in page)", () => {
+  const signedOut = [];
+  const sync = new TabSync({
+    conversations: fakeList([]),
+    replies: { liveFor: () => null },
+    reload() {},
+    onGone() {},
+    onSignedOut: (reason) => signedOut.push(reason),
+  });
+  sync.handle({ event: "signed_out", reason: "disabled" });
+  assert.deepEqual(signedOut, ["disabled"]);
+});
