@@ -61,7 +61,10 @@ class SocketPage:
         """Frames up to the first of type `kind` (with those `fields`); returns that one."""
         deadline = time.monotonic() + timeout_s
         while True:
-            frame = self.take(max(0.01, deadline - time.monotonic()))
+            try:
+                frame = self.take(max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {kind} {fields} frame; got {self.seen[-5:]}") from None
             if frame["type"] == kind and all(frame.get(k) == v for k, v in fields.items()):
                 return frame
 
@@ -86,7 +89,9 @@ class SocketPage:
         )
 
     def events(self) -> list[dict[str, Any]]:
-        return [{k: v for k, v in f.items() if k != "type"} for f in self.seen if f["type"] == "event"]
+        return [
+            {k: v for k, v in f.items() if k != "type"} for f in self.seen if f["type"] == "event"
+        ]
 
 
 @contextlib.contextmanager

@@ -58,7 +58,7 @@ async def test_a_sign_out_ends_the_users_reply_channels_and_sockets_on_the_other
 async def test_logging_out_everywhere_leaves_the_api_calls_running(
     manager: GenerationManager,
 ) -> None:
-    """"Log out everywhere" ends the sessions, not the API keys: a `/v1` call goes on."""
+    """Logging out everywhere ends the sessions, not the API keys: a `/v1` call goes on."""
     sign_outs = SignOuts(manager, UserPush(PushHub(), manager))
     page = await start_reply(manager, tokens=100_000)
     api = await start_reply(manager, tokens=100_000)

@@ -73,7 +73,9 @@ class SignOuts:
         push.on_signed_out = lambda user_id, event: self.apply(user_id, event.reason)
 
     @contextlib.contextmanager
-    def watch(self, user_id: UUID | str, epoch: int, close: Callable[[str], None]) -> Iterator[None]:
+    def watch(
+        self, user_id: UUID | str, epoch: int, close: Callable[[str], None]
+    ) -> Iterator[None]:
         """Register one socket of the user for as long as the block runs."""
         connection = Connection(epoch, close)
         mine = self._sockets.setdefault(str(user_id), {})
