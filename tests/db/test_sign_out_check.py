@@ -1,6 +1,6 @@
 """The once-a-second check behind sign-outs (app/domain/chat/sign_outs.py, `SignOuts.sweep`), on
-real SQLite and PostgreSQL: what no message announced (a change from the command line, a NOTIFY
-lost while the listening connection was being re-opened) is still found from the account's row.
+real SQLite and PostgreSQL: what no message announced (a change made straight in the database,
+a NOTIFY lost while the listening connection was being re-opened) is still found from the account's row.
 A socket opened with an ended session is closed, one opened since stays; a disabled account's
 sockets and push channels all end."""
 

@@ -14,8 +14,8 @@ is ended here, at once:
 The replica where the admin acted does this at once and tells the others through the users'
 event relay (`SignedOut` is a push event: app/domain/chat/push_events.py; on PostgreSQL the
 relay is NOTIFY, app/db/broadcast.py), and each does the same for its own connections and replies.
-A NOTIFY can be lost (the listening connection was being re-opened), and the command line changes
-accounts with no server to tell, so each replica also re-checks, once a second, the accounts of
+A NOTIFY can be lost (the listening connection was being re-opened), and an account can be changed
+with no server to tell (straight in the database), so each replica also re-checks, once a second, the accounts of
 the users it has sockets or live replies for (through the access cache: one read per user and
 second at most, shared with the requests): a disabled or deleted account is signed out here, and
 a socket whose session's epoch is behind the account's is closed.
