@@ -1,8 +1,8 @@
 """The once-a-second check behind sign-outs (app/domain/chat/sign_outs.py, `SignOuts.sweep`), on
-real SQLite and PostgreSQL: what no message announced (a change made straight in the database,
-a NOTIFY lost while the listening connection was being re-opened) is still found from the account's row.
-A socket opened with an ended session is closed, one opened since stays; a disabled account's
-sockets and push channels all end."""
+real SQLite and PostgreSQL: what no message announced (a change made straight in the database, a
+NOTIFY lost while the listening connection was being re-opened) is still found from the account's
+row. A socket (or event stream) opened with an ended session is closed, one opened since stays;
+a disabled account's sockets and push channels all end."""
 
 from __future__ import annotations
 
@@ -40,12 +40,16 @@ async def test_the_check_finds_ended_sessions_and_disabled_accounts(
         sign_outs.watch(ben.id, ben.session_epoch, closer("ben's page")),
         push.hub.subscribe(str(ben.id)) as bens_channel,
     ):
+        old_stream = sign_outs.page_events(ann.id, ann.session_epoch, keepalive_s=5)
+        assert await anext(old_stream) is None  # subscribed (a `GET /api/events`)
         await sign_outs.sweep()
         assert closed == []
 
         await management.end_sessions(db_sessions, CLI, ann.id)  # nobody told this process
         await sign_outs.sweep()
         assert closed == [("ann's old page", "logged_out")]
+        assert [e async for e in old_stream] == [SignedOut("logged_out")]
+        assert push.hub.channel_count(str(ann.id)) == 0
         with sign_outs.watch(ann.id, ann.session_epoch + 1, closer("ann's new page")):
             await sign_outs.sweep()
             await sign_outs.sweep()

@@ -48,7 +48,7 @@ async def test_a_sign_out_ends_the_users_reply_channels_and_sockets_on_the_other
             assert events == [SignedOut("disabled")]  # its last event, then the channel ends
             assert closed == [("user-1", "disabled")]
             assert other.outcome is None and hub.channel_count("user-2") == 1
-            assert len(bystander) == 0 and replicas[1].socket_count("user-2") == 1
+            assert len(bystander) == 0 and replicas[1].connection_count("user-2") == 1
             other.cancel(CancelCause.USER)
     finally:
         for relay in relays:

@@ -24,7 +24,7 @@ import msgspec
 
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
-from app.streaming.push import EVICTED, PushHub
+from app.streaming.push import EVICTED, PushChannel, PushHub
 
 log = logging.getLogger(__name__)
 
@@ -148,13 +148,18 @@ class UserPush:
         ]
 
     async def page_events(
-        self, user_id: UUID | str, keepalive_s: float
+        self,
+        user_id: UUID | str,
+        keepalive_s: float,
+        subscribed: Callable[[PushChannel[PushEvent]], None] | None = None,
     ) -> AsyncGenerator[PushEvent | None, None]:
         """One page's events: a heartbeat (None) as soon as it is subscribed (the page then knows
         it hears everything from here on), the replies live now, then each event as it comes
         (Resync when some were dropped), and None after `keepalive_s` of silence. It ends after a
         Resync "evicted" (past the user's cap of channels) or a SignedOut."""
         with self.hub.subscribe(str(user_id)) as channel:
+            if subscribed is not None:
+                subscribed(channel)  # app/domain/chat/sign_outs.py ends it with its session
             yield None
             for started in self.live_replies(user_id):
                 yield started

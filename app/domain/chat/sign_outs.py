@@ -7,18 +7,19 @@ is ended here, at once:
 - their running replies are stopped (`CancelCause.SIGNED_OUT`, saved `cancelled`) — all of them
   when the account is disabled, deleted or its password reset; only the pages' ones for "log out
   everywhere", which leaves the API keys (and the `/v1` calls made with them) alone;
-- their push channels (`GET /api/events`, WebSocket subscriptions) hear `signed_out` and end;
+- their push channels (`GET /api/events`, WebSocket subscriptions) hear `signed_out` and end
+  (`page_events`: a `GET /api/events` stream is watched like a socket);
 - their WebSockets send what their replies still have to say (the `final`s), then close with
   4401, which the page answers by going to the log-in page.
 
 The replica where the admin acted does this at once and tells the others through the users'
 event relay (`SignedOut` is a push event: app/domain/chat/push_events.py; on PostgreSQL the
 relay is NOTIFY, app/db/broadcast.py), and each does the same for its own connections and replies.
-A NOTIFY can be lost (the listening connection was being re-opened), and an account can be changed
-with no server to tell (straight in the database), so each replica also re-checks, once a second, the accounts of
-the users it has sockets or live replies for (through the access cache: one read per user and
-second at most, shared with the requests): a disabled or deleted account is signed out here, and
-a socket whose session's epoch is behind the account's is closed.
+A NOTIFY can be lost (the listening connection was being re-opened), and an account can be
+changed with no server to tell (straight in the database), so each replica also re-checks, once a
+second, the accounts of the users it has sockets or live replies for (through the access cache:
+one read per user and second at most, shared with the requests): a disabled or deleted account
+is signed out here, and a socket whose session's epoch is behind the account's is closed.
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
 from app.domain.accounts.access import AccessCache
 from app.domain.accounts.models import UserState
-from app.domain.chat.push_events import SignedOut, UserPush
+from app.domain.chat.push_events import PushEvent, SignedOut, UserPush
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
+from app.streaming.push import PushChannel
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ SWEEP_S = 1.0
 
 @dataclass(eq=False, slots=True)
 class Connection:
-    """One open socket of a user: the epoch of the session it was opened with, and how to end it."""
+    """One open socket (or event stream) of a user: its session's epoch, and how to end it."""
 
     epoch: int
     close: Callable[[str], None]  # (reason): returns at once; the socket ends in its own time
@@ -87,6 +89,23 @@ class SignOuts:
             if not mine and self._sockets.get(str(user_id)) is mine:
                 del self._sockets[str(user_id)]
 
+    async def page_events(
+        self, user_id: UUID | str, epoch: int, keepalive_s: float
+    ) -> AsyncGenerator[PushEvent | None, None]:
+        """`UserPush.page_events` for `GET /api/events`, watched like a socket: it ends (with
+        `signed_out`) when the session it was opened with ends."""
+        channels: list[PushChannel[PushEvent]] = []
+
+        def end(reason: str) -> None:
+            for channel in channels:
+                channel.end(SignedOut(reason))
+
+        events = self.push.page_events(user_id, keepalive_s, subscribed=channels.append)
+        with self.watch(user_id, epoch, end):
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    yield event
+
     def sign_out(self, user_id: UUID | str, reason: str) -> None:
         """After the account's change is committed: end everything of the user's, here and on
         every other replica."""
@@ -108,7 +127,7 @@ class SignOuts:
             connection.end(reason)
         if stopped or channels or sockets:
             log.info(
-                "signed out %s (%s): %d replies stopped, %d push channels and %d sockets closed",
+                "signed out %s (%s): %d replies stopped, %d push channels, %d connections ended",
                 user_id,
                 reason,
                 stopped,
@@ -116,7 +135,8 @@ class SignOuts:
                 len(sockets),
             )
 
-    def socket_count(self, user_id: UUID | str | None = None) -> int:
+    def connection_count(self, user_id: UUID | str | None = None) -> int:
+        """Sockets and `GET /api/events` streams watched here."""
         if user_id is not None:
             return len(self._sockets.get(str(user_id), ()))
         return sum(len(s) for s in self._sockets.values())
