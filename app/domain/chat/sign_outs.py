@@ -114,6 +114,8 @@ class SignOuts:
 
     def apply(self, user_id: str, reason: str) -> None:
         """End this replica's replies, push channels and sockets of the user."""
+        if self.access is not None:
+            self.access.forget(UUID(user_id))  # this replica's next request reads the row again
         stopped = 0
         for generation in self.manager.live():
             if generation.user_id != user_id or generation.outcome is not None:
