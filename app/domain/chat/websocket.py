@@ -6,9 +6,10 @@ The client sends `send`, `cancel`, `resume`, `regenerate` and `edit`; the server
 so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
 be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
 streaming on it carry on. After a `subscribe`, the socket is also the page's push channel: its
-user's events as `event` frames (app/domain/chat/push_events.py). When the account is signed out
-(disabled, deleted, its password reset: app/domain/chat/sign_outs.py), the socket refuses new
-frames, lets its replies send their (cancelled) `final`s, and closes with 4401.
+user's events as `event` frames (app/domain/chat/push_events.py). When the session ends (the account
+disabled, deleted, its password reset, logged out everywhere: app/domain/chat/sign_outs.py), the
+socket refuses new frames (401), lets its replies send their (cancelled) `final`s, and closes
+with 4401.
 
 Like the SSE routes, this only translates: frames are decoded into the protocol's structs
 (app/domain/chat/frames.py), dispatched by their type to the reply service, and what it returns
@@ -153,7 +154,7 @@ class ChatSocket:
                 raise BadJsonError("expected JSON text frames, not binary ones")
             frame = read_frame(text)
             if self._signed_out:
-                raise NotLoggedInError("signed out: log in again")
+                raise NotLoggedInError()
             await self._handlers[type(frame)](frame)
         except Exception as exc:
             client_ref = frame.client_ref if frame is not None else getattr(exc, "client_ref", None)
