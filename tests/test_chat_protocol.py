@@ -104,7 +104,10 @@ def test_the_openapi_document_describes_the_answers(tmp_path: Any) -> None:
         return schema
 
     conversation = answer("/api/conversations", "post", "201")
-    assert set(conversation["required"]) == {"id", "title", "source", "created_at", "updated_at"}
+    assert set(conversation["required"]) == {
+        *("id", "title", "source", "created_at", "updated_at"),
+        *("pinned_at", "archived_at"),  # null unless pinned, archived
+    }
     listed = answer("/api/conversations", "get", "200")
     assert listed["type"] == "array" and listed["items"]["$ref"].endswith("ConversationResponse")
     read = answer("/api/conversations/{conversation_id}", "get", "200")

@@ -13,6 +13,7 @@
 
 import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { AccountDialog } from "./account.js";
+import { ArchivedNote } from "./archived-note.js";
 import { Composer } from "./composer.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
@@ -81,6 +82,7 @@ const conversations = new ConversationList({
   list: $("#conversation-list"),
   empty: $("#conversations-empty"),
   older: $("#older-conversations"),
+  archivedToggle: $("#show-archived"),
   confirm: $("#confirm-dialog"),
   isLive: (id) => !!replies.liveFor(id) || sync.isLive(id),
   announce,
@@ -90,6 +92,9 @@ const conversations = new ConversationList({
   },
   onTitle(c) {
     if (c.id === conversations.currentId) setTitle(conversationTitle(c));
+  },
+  onFiled(c) {
+    if (c.id === conversations.currentId) archivedNote.show(c);
   },
   onDeleting: (c) => replies.stop(c.id),
   onDeleted(c) {
@@ -129,7 +134,10 @@ const replies = new Replies({
   composer,
   transport: () => transports[transport.name],
   announce,
-  onStarted: (id, content) => conversations.touch(id, content),
+  onStarted(id, content) {
+    conversations.touch(id, content);
+    if (id === conversations.currentId) archivedNote.show(null); // a new turn unarchives it
+  },
   onLive: showLive,
 });
 
@@ -212,6 +220,15 @@ function showLive() {
   conversations.markStreaming();
 }
 
+const archivedNote = new ArchivedNote({
+  note: $("#archived-note"),
+  button: $("#unarchive"),
+  current: () => conversations.currentId,
+  onFresh: (c) => conversations.filed(c),
+  announce,
+  onDone: () => composer.focus(),
+});
+
 function setTitle(text) {
   title.textContent = text;
   title.title = text; // the whole title on hover, where it is cut short
@@ -250,6 +267,7 @@ function showNoConversation() {
   history.replaceState(null, "", location.pathname + location.search);
   exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
+  archivedNote.show(null);
   messages.show();
   older.reset(null, [], 0);
   conversations.render();
@@ -281,6 +299,7 @@ function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
   if (conv && data.title) conv.title = data.title;
   if (data.title) setTitle(data.title); // (not listed yet: an old one, opened by its address)
+  archivedNote.show(data);
   const rows = data.messages || [];
   const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
@@ -297,6 +316,7 @@ async function openConversation(id, { fresh = false } = {}) {
   const conv = conversations.find(id);
   exportMenu.show(id);
   setTitle(conversationTitle(conv));
+  archivedNote.show(conv);
   conversations.render();
   showLive();
   composer.showError("");

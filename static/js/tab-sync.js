@@ -1,8 +1,8 @@
 /**
  * What the page does with the user's events from their other tabs and devices (push.js): a reply
  * started elsewhere gets its dot in the list and, in the conversation on screen, is resumed like
- * any reply (so it streams here and Stop works here too); created, renamed and deleted
- * conversations show at once. Events about what this page did itself change nothing twice.
+ * any reply (so it streams here and Stop works here too); created, renamed, pinned, archived and
+ * deleted conversations show at once. Events about what this page did itself change nothing twice.
  */
 
 import { api } from "./api.js";
@@ -59,6 +59,9 @@ export class TabSync {
         list.onTitle(c);
         return;
       }
+      case "conversation_filed": // pinned, unpinned, archived or unarchived
+        list.filed({ id, title: ev.title, updated_at: ev.updated_at, pinned_at: ev.pinned_at, archived_at: ev.archived_at });
+        return;
       case "conversation_deleted": {
         this.elsewhere.delete(id);
         const c = list.find(id);

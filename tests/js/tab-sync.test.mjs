@@ -34,6 +34,9 @@ function fakeList(items, currentId = null) {
     onTitle(c) {
       calls.push(["onTitle", c.id, c.title]);
     },
+    filed(c) {
+      calls.push(["filed", c.id, c.pinned_at, c.archived_at]);
+    },
   };
 }
 
@@ -149,6 +152,17 @@ test("WS: a socket for replies only does not subscribe", async () => {
   await ws.connect();
   assert.deepEqual(FakeSocket.last.sent, []);
   clearTimeout(ws.watchdog);
+});
+
+test("a conversation pinned or archived in another tab moves in this tab's list", () => {
+  const { list, sync } = setup({ items: [{ id: "c1", title: "Dragons" }] });
+  const base = { conversation_id: "c1", title: "Dragons", updated_at: "2026-12-02T12:00:00+00:00" };
+  sync.handle({ event: "conversation_filed", ...base, pinned_at: "2026-12-02T13:00:00+00:00", archived_at: null });
+  sync.handle({ event: "conversation_filed", ...base, pinned_at: null, archived_at: "2026-12-02T14:00:00+00:00" });
+  assert.deepEqual(list.calls, [
+    ["filed", "c1", "2026-12-02T13:00:00+00:00", null],
+    ["filed", "c1", null, "2026-12-02T14:00:00+00:00"],
+  ]);
 });
 
 test("signed_out hands the reason to the page (which goes to the log-in page)", () => {

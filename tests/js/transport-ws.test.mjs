@@ -1,6 +1,6 @@
 // The WebSocket transport correlates the server's answers by the client_ref each request frame
 // carries (static/js/transport-ws.js): node --test tests/js/
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { RejectedError } from "../../static/js/stream.js";
 import { WsTransport } from "../../static/js/transport-ws.js";
@@ -49,7 +49,17 @@ function read(ws, request) {
   return done;
 }
 
-const transport = () => new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+// Each transport is reset when the file is done: an open socket keeps its 60 s stall watchdog
+// pending, and Node would wait for it before exiting.
+const opened = [];
+const transport = () => {
+  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  opened.push(ws);
+  return ws;
+};
+after(() => {
+  for (const ws of opened) ws.reset();
+});
 const send = (content) => ({ kind: "send", conversationId: "c1", content });
 const start = (messageId, client_ref) => ({ type: "start", id: 0, message_id: messageId, conversation_id: "c1", offset: 0, client_ref });
 const delta = (messageId, text) => ({ type: "delta", id: text.length, message_id: messageId, text });

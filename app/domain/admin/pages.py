@@ -106,6 +106,8 @@ class AdminPages(Controller):
                 "updated_at": row.conversation.updated_at,
                 "message_count": row.message_count,
                 "last_status": str(row.last_status) if row.last_status else None,
+                "pinned": row.conversation.pinned_at is not None,  # its owner's filing
+                "archived": row.conversation.archived_at is not None,
             }
             for row in result.items
         ]
@@ -156,6 +158,8 @@ class AdminPages(Controller):
                     "user_email": owner.email if owner else "(deleted)",
                     "created_at": conversation.created_at,
                     "updated_at": conversation.updated_at,
+                    "pinned_at": conversation.pinned_at,
+                    "archived_at": conversation.archived_at,
                 },
                 tree=conversation_tree(conversation, messages),
                 settings={"system_prompt": chosen.system_prompt, "sampling": chosen.given()},

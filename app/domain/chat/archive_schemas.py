@@ -124,6 +124,7 @@ class SearchResult(msgspec.Struct):
     updated_at: str
     message_id: str | None  # the matching message; null when the title matched
     snippet: SearchSnippet
+    archived: bool = False  # out of the list, in the sidebar's "Archived"
 
 
 class RateReply(msgspec.Struct, forbid_unknown_fields=True):

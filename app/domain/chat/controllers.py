@@ -37,10 +37,10 @@ from app.domain.chat.reply_frames import page_sse
 from app.domain.chat.schemas import (
     CancelReply,
     ClientMetrics,
+    ConversationChanges,
     ConversationResponse,
     ConversationWithMessages,
     NewConversation,
-    Rename,
     ReplyOptions,
     ResumeReply,
     SendMessage,
@@ -116,18 +116,21 @@ class ConversationController(Controller):
         user: NamedDependency[User],
         after: Annotated[datetime | None, QueryParameter()] = None,
         after_id: Annotated[UUID | None, QueryParameter()] = None,
+        after_pinned: Annotated[datetime | None, QueryParameter()] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = PAGE,
+        archived: Annotated[bool, QueryParameter()] = False,
     ) -> list[ConversationResponse]:
-        """The newest `limit` conversations; with `after` and `after_id` (the `updated_at` and
-        `id` of the last one listed), the `limit` after it: the sidebar's next page."""
+        """The newest `limit` conversations, the pinned ones first (newest pin first), archived
+        ones left out; with `after` and `after_id` (the `updated_at` and `id` of the last one
+        listed, and `after_pinned`, its `pinned_at`, when it was pinned), the `limit` after it:
+        the sidebar's next page. With `archived=true`, the archived ones, paged the same way."""
         if (after is None) != (after_id is None):
             raise InvalidInputError("give after and after_id together (the last one listed)")
+        key = None
+        if after is not None and after_id is not None:
+            key = conversations.ListKey(after, after_id, None if archived else after_pinned)
         rows = await conversations.list_conversations(
-            sessions,
-            user.id,
-            source="page",
-            limit=limit,
-            after=None if after is None or after_id is None else (after, after_id),
+            sessions, user.id, source="page", limit=limit, after=key, archived=archived
         )
         return [ConversationResponse.of(c) for c in rows]
 
@@ -171,15 +174,17 @@ class ConversationController(Controller):
         return ConversationWithMessages.of_thread(thread)
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
-    async def rename(
+    async def change(
         self,
         conversation_service: NamedDependency[ConversationService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
-        data: JSONBody[Rename],
+        data: JSONBody[ConversationChanges],
     ) -> ConversationResponse:
-        renamed = await conversation_service.rename(user.id, conversation_id, data.title)
-        return ConversationResponse.of(renamed)
+        """Rename (`title`), pin or unpin (`pinned`), archive or unarchive (`archived`); a field
+        left out stays. Archiving unpins, pinning unarchives; both true at once is a 400."""
+        changed = await conversation_service.change(user.id, conversation_id, data)
+        return ConversationResponse.of(changed)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(

@@ -1,6 +1,7 @@
 """What one page of a user hears about the user's other pages: a reply started or ended, a
-conversation created, renamed or deleted. Small events, published after the write they report has
-committed, to every open page of that user only (app/streaming/push.py keeps the channels).
+conversation created, renamed, filed (pinned or archived, or back) or deleted. Small events,
+published after the write they report has committed, to every open page of that user only
+(app/streaming/push.py keeps the channels).
 
 A page that hears `reply_started` for the conversation it shows resumes that reply the usual way
 (`ReplyService.resume`, from offset 0): the text itself only ever travels through the streaming
@@ -50,6 +51,16 @@ class ConversationRenamed(msgspec.Struct, tag_field="event", tag="conversation_r
     title: str
 
 
+class ConversationFiled(msgspec.Struct, tag_field="event", tag="conversation_filed"):
+    """Pinned, unpinned, archived or unarchived: where it belongs in the list now."""
+
+    conversation_id: str
+    title: str
+    updated_at: str
+    pinned_at: str | None
+    archived_at: str | None
+
+
 class ConversationDeleted(msgspec.Struct, tag_field="event", tag="conversation_deleted"):
     conversation_id: str
 
@@ -74,6 +85,7 @@ PushEvent = (
     | ReplyEnded
     | ConversationCreated
     | ConversationRenamed
+    | ConversationFiled
     | ConversationDeleted
     | Resync
     | SignedOut
