@@ -11,7 +11,7 @@
  * allowlist; nothing uses innerHTML).
  */
 
-import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
+import { api, ApiError, enc } from "./api.js";
 import { AccountDialog } from "./account.js";
 import { ArchivedNote } from "./archived-note.js";
 import { Composer } from "./composer.js";
@@ -25,6 +25,7 @@ import { loadRatings } from "./rating.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
+import { leaveWhenSignedOut } from "./sign-out.js";
 import { Sidebar } from "./sidebar.js";
 import { TopbarMenu } from "./topbar-menu.js";
 import { hearOtherTabs } from "./tab-sync.js";
@@ -38,23 +39,7 @@ const title = $("#conv-title");
 const announce = announcer($("#sr-status"));
 let loadSeq = 0; // a conversation load that a later one overtook is dropped
 
-function goToLogin() {
-  const next = encodeURIComponent(location.pathname + location.hash);
-  location.assign(`/login?next=${next}`);
-}
-
-const SIGNED_OUT_PAUSE_MS = 1500;
-/** The account was signed out while the page was open (disabled, deleted, its password reset,
- * logged out everywhere; or the session simply ended): the server has stopped its replies and
- * closes its channels. The page shows the replies stopped for a moment, then the log-in page. */
-function signedOut(reason = "session") {
-  if (root.dataset.signedOut) return; // already on its way
-  root.dataset.signedOut = reason;
-  announce("You have been signed out. Taking you to the log-in page.");
-  setTimeout(goToLogin, SIGNED_OUT_PAUSE_MS);
-}
-// Any 401 means the session is gone; once signed out, the log-in page is coming already.
-setUnauthorizedHandler(() => (root.dataset.signedOut ? undefined : goToLogin()));
+const signedOut = leaveWhenSignedOut({ root, announce }); // 401s, `signed_out`, a 4401 close
 
 const transports = {
   sse: new SseTransport(),
