@@ -185,6 +185,9 @@ class Settings:
     # Live replies (running or waiting in the engine) one user may have in this process; more are
     # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
     max_replies_per_user: int = env("MAX_REPLIES_PER_USER", 8)
+    # Push channels (WebSocket subscriptions and GET /api/events) one user may have open in this
+    # process; a new one past it ends the oldest with a `resync` (reason "evicted"). 0: no cap.
+    push_max_channels_per_user: int = env("PUSH_MAX_CHANNELS_PER_USER", 16)
     # Longest a client's `final` waits for the reply to be saved
     final_save_wait_s: float = env("FINAL_SAVE_WAIT_S", 5.0)
 

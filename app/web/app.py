@@ -28,7 +28,6 @@ from litestar.template.config import TemplateConfig
 
 from app.domain.account.api import AccountApi
 from app.domain.account.page import account_page
-from app.domain.accounts.access import AccessCache
 from app.domain.accounts.authentication import (
     ACCESS_STATE_KEY,
     LIVE_SESSIONS_STATE_KEY,
@@ -150,14 +149,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         services = Services.build(settings, engine)
         app.state.services = services
         app.state[SESSIONS_STATE_KEY] = services.sessions  # for auth and guards (no DI there)
-        app.state[ACCESS_STATE_KEY] = access = AccessCache(services.sessions)
+        app.state[ACCESS_STATE_KEY] = services.access  # shared with the sign-out check
         app.state[LIVE_SESSIONS_STATE_KEY] = live_sessions = LiveSessions(services.sessions)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
             yield
         finally:
-            await access.close()
             await live_sessions.close()
             await services.stop()
             await limits.store.close()

@@ -18,6 +18,7 @@ from app.domain.accounts.ratelimit import AuthLimits
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
+from app.domain.chat.sign_outs import SignOuts
 from app.engine import Engine
 from app.settings import Settings
 from app.web.services import Services
@@ -47,6 +48,10 @@ def provide_push(services: NamedDependency[Services]) -> UserPush:
     return services.push
 
 
+def provide_sign_outs(services: NamedDependency[Services]) -> SignOuts:
+    return services.sign_outs
+
+
 def provide_engine(services: NamedDependency[Services]) -> Engine:
     return services.engine
 
@@ -69,6 +74,7 @@ def app_dependencies() -> dict[str, Provide]:
             "replies": provide_replies,
             "conversation_service": provide_conversation_service,
             "push": provide_push,
+            "sign_outs": provide_sign_outs,
             "engine": provide_engine,
             "auth_limits": provide_auth_limits,
             "storage": provide_storage,

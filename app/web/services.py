@@ -15,11 +15,13 @@ from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
 from app.db.storage import StorageHealth, watch_storage
+from app.domain.accounts.access import AccessCache
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.ledger import DatabaseLedger
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
+from app.domain.chat.sign_outs import SignOuts
 from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics, relay
@@ -45,6 +47,8 @@ class Services:
     push: UserPush  # each user's events, to every page they have open
     push_relay: Broadcast  # ... on every replica
     storage: StorageHealth  # whether the database takes writes (disk full, read-only)
+    access: AccessCache  # whether an account still allows its sessions (at most 1 s old)
+    sign_outs: SignOuts  # a signed-out user's sockets, push channels and replies, ended at once
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
     _engine_start: asyncio.Task[None] | None = None
@@ -67,7 +71,9 @@ class Services:
             final_wait_s=settings.final_save_wait_s,
         )
         push_relay = broadcast_for(settings.database_url, PUSH_CHANNEL)
-        push = UserPush(PushHub(), manager, push_relay.publish if push_relay.relays else None)
+        hub: PushHub = PushHub(max_per_user=settings.push_max_channels_per_user or None)
+        push = UserPush(hub, manager, push_relay.publish if push_relay.relays else None)
+        access = AccessCache(sessions)
         replies = ReplyService(
             sessions,
             manager,
@@ -91,6 +97,8 @@ class Services:
             push,
             push_relay,
             storage=storage,
+            access=access,
+            sign_outs=SignOuts(manager, push, access),
         )
 
     async def start(self) -> None:
@@ -98,6 +106,7 @@ class Services:
         # What other replicas publish about replies (a Stop, a client watching) acts on ours.
         await self.cancel_channel.start(functools.partial(relay.receive, self.manager))
         await self.push_relay.start(self.push.receive)  # other replicas' users' events
+        self.sign_outs.start()
         # The model loads in the background: meanwhile the server answers, /readyz says
         # "loading" and a reply request gets a clear 503 (the engine refuses until started).
         self._engine_start = asyncio.create_task(self._start_engine(), name="engine-start")
@@ -128,6 +137,8 @@ class Services:
     async def stop(self) -> None:
         if self._storage_watch is not None:
             self._storage_watch.cancel()
+        await self.sign_outs.stop()
+        await self.access.close()
         await self.cancel_channel.stop()
         await self.push_relay.stop()
         self.push.close()

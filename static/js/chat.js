@@ -11,7 +11,7 @@
  * allowlist; nothing uses innerHTML).
  */
 
-import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
+import { api, ApiError, enc } from "./api.js";
 import { AccountDialog } from "./account.js";
 import { ArchivedNote } from "./archived-note.js";
 import { Composer } from "./composer.js";
@@ -25,6 +25,7 @@ import { loadRatings } from "./rating.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
+import { leaveWhenSignedOut } from "./sign-out.js";
 import { Sidebar } from "./sidebar.js";
 import { TopbarMenu } from "./topbar-menu.js";
 import { hearOtherTabs } from "./tab-sync.js";
@@ -38,15 +39,11 @@ const title = $("#conv-title");
 const announce = announcer($("#sr-status"));
 let loadSeq = 0; // a conversation load that a later one overtook is dropped
 
-function goToLogin() {
-  const next = encodeURIComponent(location.pathname + location.hash);
-  location.assign(`/login?next=${next}`);
-}
-setUnauthorizedHandler(goToLogin);
+const signedOut = leaveWhenSignedOut({ root, announce }); // 401s, `signed_out`, a 4401 close
 
 const transports = {
   sse: new SseTransport(),
-  ws: new WsTransport({ onUnauthorized: goToLogin }),
+  ws: new WsTransport({ onUnauthorized: () => signedOut() }),
 };
 
 const transport = new TransportChoice($("#transport"), (name) => {
@@ -139,6 +136,7 @@ const { sync, push } = hearOtherTabs({
   reload: (id) => openConversation(id),
   onGone: (c) => conversations.onDeleted(c),
   shownLeaf: () => messages.lastShownId(),
+  onSignedOut: signedOut,
 });
 
 const account = new AccountDialog({

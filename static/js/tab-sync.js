@@ -17,9 +17,10 @@ export class TabSync {
    * @param reload         (id): reload the conversation on screen (resumes a reply it streams)
    * @param onGone         (conversation): it was deleted (the list's onDeleted)
    * @param shownLeaf      (): the id of the last message on screen (MessageList.lastShownId)
+   * @param onSignedOut    (reason): the account was signed out everywhere (disabled, deleted...)
    */
-  constructor({ conversations, replies, reload, onGone, shownLeaf = () => null }) {
-    Object.assign(this, { conversations, replies, reload, onGone, shownLeaf });
+  constructor({ conversations, replies, reload, onGone, shownLeaf = () => null, onSignedOut }) {
+    Object.assign(this, { conversations, replies, reload, onGone, shownLeaf, onSignedOut });
     this.elsewhere = new Map(); // conversationId -> messageId of a reply streaming in another tab
   }
 
@@ -82,6 +83,9 @@ export class TabSync {
       }
       case "resync":
         this.resync();
+        return;
+      case "signed_out":
+        this.onSignedOut?.(ev.reason);
         return;
       default:
         return; // an event this page does not know yet

@@ -181,3 +181,16 @@ test("a conversation pinned or archived in another tab moves in this tab's list"
     ["filed", "c1", null, "2026-12-02T14:00:00+00:00"],
   ]);
 });
+
+test("signed_out hands the reason to the page (which goes to the log-in page)", () => {
+  const signedOut = [];
+  const sync = new TabSync({
+    conversations: fakeList([]),
+    replies: { liveFor: () => null },
+    reload() {},
+    onGone() {},
+    onSignedOut: (reason) => signedOut.push(reason),
+  });
+  sync.handle({ event: "signed_out", reason: "disabled" });
+  assert.deepEqual(signedOut, ["disabled"]);
+});

@@ -32,6 +32,7 @@ from app.domain.accounts.login import (
 )
 from app.domain.accounts.models import ApiKey, User, UserState
 from app.domain.accounts.ratelimit import AuthLimits
+from app.domain.chat.sign_outs import SignOuts
 from app.settings import Settings
 
 
@@ -142,11 +143,16 @@ class AuthController(Controller):
 
     @post("/auth/reset", status_code=HTTP_204_NO_CONTENT)
     async def reset_password(
-        self, data: JSONBody[PasswordReset], sessions: NamedDependency[Sessions]
+        self,
+        data: JSONBody[PasswordReset],
+        sessions: NamedDependency[Sessions],
+        sign_outs: NamedDependency[SignOuts],
     ) -> None:
         """Set a new password with a one-time link an admin made; the user then logs in. Every
-        session of theirs ends and their API keys are revoked (app/domain/accounts/links.py)."""
-        await links.reset_password(sessions, data.token, data.password)
+        session of theirs ends and their API keys are revoked (app/domain/accounts/links.py);
+        their open sockets and running replies end at once (app/domain/chat/sign_outs.py)."""
+        user = await links.reset_password(sessions, data.token, data.password)
+        sign_outs.sign_out(user.id, "password_reset")
 
     @post("/auth/logout", status_code=HTTP_204_NO_CONTENT)
     async def logout(self, request: Request, sessions: NamedDependency[Sessions]) -> None:

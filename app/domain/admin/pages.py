@@ -16,7 +16,7 @@ from app.db.storage import StorageHealth
 from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
-from app.domain.admin.acting import record_look
+from app.domain.admin.acting import acting_admin, record_look
 from app.domain.admin.charts import histogram_svg, ratings_per_day_svg, states_over_time_svg
 from app.domain.admin.tree_view import conversation_tree
 from app.domain.admin.views import kill_reply, live_generations, storage_alert
@@ -188,10 +188,10 @@ class AdminPages(Controller):
 
     @post("/live/{message_id:uuid}/kill", status_code=303)
     async def kill(
-        self, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
+        self, request: Request, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
     ) -> Redirect:
-        """The kill switch (a form post): abort a reply wherever it runs."""
-        await kill_reply(replies, message_id)
+        """The kill switch (a form post): abort a reply wherever it runs (audited)."""
+        await kill_reply(replies, message_id, await acting_admin(request, replies.sessions))
         return Redirect("/admin/live", status_code=303)
 
     @get("/charts")

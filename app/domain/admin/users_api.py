@@ -32,6 +32,7 @@ from app.domain.admin.user_views import (
     search_text,
 )
 from app.domain.admin.views import GUARDED
+from app.domain.chat.sign_outs import SignOuts
 from app.domain.refusals import documented
 
 # 400 (a bad parameter or body) is in every route's document already (Litestar's validation);
@@ -109,10 +110,12 @@ class AdminUsersApi(Controller):
         request: Request,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
     ) -> dict[str, Any]:
         done = await management.disable(sessions, actor(request, user), user_id)
         changed(request, user_id)
+        sign_outs.sign_out(user_id, "disabled")  # their sockets and replies end at once
         return account_json(done)
 
     @post("/users/{user_id:uuid}/enable", status_code=200, raises=CHANGE_RAISES)
@@ -145,10 +148,12 @@ class AdminUsersApi(Controller):
         request: Request,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
     ) -> dict[str, Any]:
         done = await management.end_sessions(sessions, actor(request, user), user_id)
         changed(request, user_id)
+        sign_outs.sign_out(user_id, "logged_out")  # their sockets and replies end at once
         return account_json(done)
 
     @post("/users/{user_id:uuid}/reset-link", status_code=HTTP_201_CREATED, raises=CHANGE_RAISES)
@@ -169,10 +174,12 @@ class AdminUsersApi(Controller):
         request: Request,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
     ) -> None:
         await management.delete_user(sessions, actor(request, user), user_id)
         changed(request, user_id)
+        sign_outs.sign_out(user_id, "deleted")  # their sockets and replies end at once
 
     @post("/invitations", status_code=HTTP_201_CREATED, raises=GUARDED)
     async def invite(

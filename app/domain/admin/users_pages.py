@@ -24,6 +24,7 @@ from app.domain.accounts.models import User, UserState
 from app.domain.admin import user_queries
 from app.domain.admin.acting import actor, changed
 from app.domain.admin.user_views import PAGE_SIZE, entry_json, parse_state, row_json, search_text
+from app.domain.chat.sign_outs import SignOuts
 from app.domain.errors import DomainError
 from app.settings import Settings
 
@@ -35,6 +36,8 @@ ACTIONS = {
     "logout": management.end_sessions,
     "delete": management.delete_user,
 }
+SIGNS_OUT = {"disable": "disabled", "delete": "deleted", "logout": "logged_out"}
+"""The actions that end the user's sessions: their sockets and replies end too, at once."""
 
 
 @dataclass
@@ -114,6 +117,7 @@ class AdminUserPages(Controller):
         sessions: NamedDependency[Sessions],
         settings: NamedDependency[Settings],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
         action: FromPath[str],
     ) -> Redirect | Template:
@@ -129,6 +133,8 @@ class AdminUserPages(Controller):
                 request, sessions, settings, status_code=exc.status, error=exc.public_message
             )
         changed(request, user_id)
+        if action in SIGNS_OUT:
+            sign_outs.sign_out(user_id, SIGNS_OUT[action])
         return Redirect("/admin/users", status_code=303)
 
     @post("/users/{user_id:uuid}/role/set", status_code=303)
