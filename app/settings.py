@@ -179,6 +179,10 @@ class Settings:
     # Live replies (running or waiting in the engine) one user may have in this process; more are
     # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
     max_replies_per_user: int = env("MAX_REPLIES_PER_USER", 8)
+    # Tokens (prompt + completion, as the engine counts them) one user may use per UTC day and
+    # per UTC month; 0: no limit. An admin overrides them per user (app/domain/quotas/).
+    quota_tokens_per_day: int = env("QUOTA_TOKENS_PER_DAY", 0)
+    quota_tokens_per_month: int = env("QUOTA_TOKENS_PER_MONTH", 0)
     # Longest a client's `final` waits for the reply to be saved
     final_save_wait_s: float = env("FINAL_SAVE_WAIT_S", 5.0)
 

@@ -28,6 +28,7 @@ from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
 from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
+from app.domain.quotas.service import Quotas, reply_bound
 from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.generation import Generation
@@ -82,12 +83,14 @@ class ReplyService:
         replica_id: str | None = None,
         max_replies_per_user: int = 0,
         push: UserPush | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         """`keepalive_s`: how long a reply's stream may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit.
         `push`: where the user's pages hear of a page reply that starts (and ends), and of a
-        chat its first message names."""
+        chat its first message names.
+        `quotas`: the users' token quotas, reserved as each reply starts (None: not counted)."""
         self.sessions = sessions
         self.manager = manager
         self.limits = limits
@@ -98,6 +101,7 @@ class ReplyService:
         self.max_replies_per_user = max_replies_per_user
         self._starting: Counter[str] = Counter()  # replies past the check, not yet live
         self.push = push
+        self.quotas = quotas
 
     @contextlib.contextmanager
     def _reply_slot(self, user_id: UUID) -> Iterator[None]:
@@ -306,12 +310,22 @@ class ReplyService:
         grace_s = self.grace_by_source.get(source, 0.0)
         request = ReplyRequest(messages, params, str(user_id), source, grace_s)
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
+            reservation = None
+            if self.quotas is not None:  # may raise QuotaExceededError
+                bound = reply_bound(messages, params.max_tokens, self.manager.engine.context_size)
+                reservation = await self.quotas.reserve(user_id, bound)
             try:
                 generation = await self.manager.start_reply(request, persist)
-            except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
-                raise UnavailableError(str(exc)) from exc
-            except EngineError as exc:
-                raise EngineRefusedError(str(exc)) from exc
+            except BaseException as exc:
+                if reservation is not None:  # the reply never started: nothing to count
+                    await self.quotas.release(reservation)  # type: ignore[union-attr]
+                if isinstance(exc, EngineUnavailableError):  # the engine's, in the domain's terms
+                    raise UnavailableError(str(exc)) from exc
+                if isinstance(exc, EngineError):
+                    raise EngineRefusedError(str(exc)) from exc
+                raise
+            if reservation is not None:  # settled with its final save (no await since start)
+                self.quotas.hold(generation.message_id, reservation)  # type: ignore[union-attr]
         if self.push is not None and source == "page":  # its rows are committed: tell the others
             self.push.reply_started(generation)
         return generation

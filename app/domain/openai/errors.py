@@ -13,12 +13,16 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from app.domain.chat.replies import TooManyRepliesError
 from app.domain.openai.schemas import openai_error
+from app.domain.quotas.service import QuotaExceededError
 from app.domain.refusals import refusal_for
 
 ERRORS = {
     400: "an invalid request (the message says what is wrong)",
     401: "no API key, or one that is not valid",
     404: "no such model",
+    429: "too many replies in progress (code `rate_limit_exceeded`), or the key's owner has used "
+    "up their token quota for the day or month (type and code `insufficient_quota`; Retry-After "
+    "says when it resets)",
     503: "the server is not taking requests (shutting down): try again in a moment",
 }
 """The statuses `/v1` documents, for the OpenAPI document."""
@@ -40,12 +44,13 @@ class OpenAIError(HTTPException):
 def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
     status = getattr(exc, "status_code", 500)
     fields = getattr(exc, "fields", {})
+    headers: dict[str, str] = {}
     if isinstance(exc, ValidationException):
         message = f"invalid request: {exc.extra or exc.detail}"
     elif isinstance(exc, HTTPException):
         message = exc.detail
     elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
-        status, message = refusal.status, refusal.message
+        status, message, headers = refusal.status, refusal.message, refusal.headers
         fields = {
             "param": getattr(exc, "field", None),  # an InvalidInputError's
             # As OpenAI's own 429s; its other errors carry no code.
@@ -56,6 +61,10 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
     kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(
         status, "invalid_request_error"
     )
+    if isinstance(exc, QuotaExceededError):  # OpenAI's own shape for a quota used up
+        kind = fields["code"] = "insufficient_quota"
     if status >= 500:
         kind = "server_error"
-    return Response(openai_error(message, kind=kind, **fields), status_code=status)
+    return Response(
+        openai_error(message, kind=kind, **fields), status_code=status, headers=headers
+    )
