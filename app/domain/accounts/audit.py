@@ -32,6 +32,7 @@ ACTIONS = (
     "invite",
     "view_conversation",
     "export_conversation",
+    "quota",
 )
 
 
