@@ -65,6 +65,4 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
         kind = fields["code"] = "insufficient_quota"
     if status >= 500:
         kind = "server_error"
-    return Response(
-        openai_error(message, kind=kind, **fields), status_code=status, headers=headers
-    )
+    return Response(openai_error(message, kind=kind, **fields), status_code=status, headers=headers)

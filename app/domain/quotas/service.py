@@ -11,7 +11,7 @@ leaves their reservations counted for their day.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -131,13 +131,16 @@ def reply_bound(messages: Sequence[Mapping[str, str]], max_tokens: int, context_
 
 
 class Quotas:
-    def __init__(self, sessions: Sessions, defaults: Limits) -> None:
+    def __init__(
+        self, sessions: Sessions, defaults: Limits, clock: Callable[[], datetime] = utcnow
+    ) -> None:
         self.sessions = sessions
         self.defaults = defaults
+        self.clock = clock  # UTC now (the tests move it)
         self._held: dict[str, Reservation] = {}  # message id -> its reply's reservation
 
     async def status(self, user_id: UUID, now: datetime | None = None) -> QuotaStatus | None:
-        now = now or utcnow()
+        now = now or self.clock()
         today = now.date()
         async with transaction(self.sessions) as session:
             row = await counter.read_usage(session, user_id, today, today.replace(day=1))
@@ -154,7 +157,7 @@ class Quotas:
     async def reserve(self, user_id: UUID, tokens: int) -> Reservation:
         """Reserve a reply's most tokens, or raise QuotaExceededError. One read; with a limit in
         force, one conditional write too (a transaction of its own)."""
-        now = utcnow()
+        now = self.clock()
         state = await self.status(user_id, now)
         if state is None or (state.limits.per_day <= 0 and state.limits.per_month <= 0):
             return Reservation(user_id, now.date(), 0)  # counted when it ends
@@ -214,4 +217,3 @@ class Quotas:
 
 def _params(reservation: Reservation, delta: int) -> dict[str, Any]:
     return {"user": reservation.user_id, "day": reservation.day, "delta": delta}
-
