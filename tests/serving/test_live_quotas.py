@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import connect
 
+from app.domain.quotas.service import reply_bound
 from tests.live_server import LiveServer, PageClient, PageStream, SseReader, query, read_stream
 from tests.serving.conftest import unique_email
 
@@ -80,7 +81,7 @@ def test_replies_started_at_once_stop_within_one_reply_of_the_limit(
 ) -> None:
     carol, carol_id = new_user(server)
     set_quota(alice, carol_id, per_day=300)
-    conversations = [carol.new_conversation() for _ in range(6)]
+    conversations = [carol.new_conversation() for _ in range(8)]  # MAX_REPLIES_PER_USER
     statuses: list[int] = []
     go = threading.Barrier(len(conversations))
 
@@ -105,6 +106,8 @@ def test_replies_started_at_once_stop_within_one_reply_of_the_limit(
     assert sorted(set(statuses)) == [200, 429], statuses  # some got in, the rest were refused
     used = quota(carol)["used_day"]
     biggest = max(engine_tokens(r) for r in replies)
+    bound = reply_bound([{"role": "user", "content": QUESTION}], 32, 2048)
+    assert biggest <= bound  # what each reserved covers what it used (the premise)
     assert used == sum(engine_tokens(r) for r in replies)  # the engine's usage, nothing else
     assert used < 300 + biggest, (used, [engine_tokens(r) for r in replies])
     # keep going until refused: the total never passes the limit by more than one reply

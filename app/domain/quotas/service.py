@@ -123,10 +123,16 @@ class Reservation:
     tokens: int  # reserved; 0 when the user has no limit (the reply's use is added at its end)
 
 
+TEMPLATE_ALLOWANCE = 64
+"""Tokens a chat template may add on its own (SmolLM2's adds a default system prompt of about 20,
+and its markers); a template that adds more can make a reply overshoot by the difference."""
+
+
 def reply_bound(messages: Sequence[Mapping[str, str]], max_tokens: int, context_size: int) -> int:
-    """The most tokens a reply can use, prompt included: a token spans at least one byte of text
-    (plus a few for the chat template's markers), and prompt and reply share the context."""
-    prompt = sum(len(m.get("content", "").encode()) + 8 for m in messages) + 16
+    """The most tokens a reply can use, prompt included: a token spans at least one byte of text,
+    the template adds its markers (8 a message) and `TEMPLATE_ALLOWANCE`, and prompt and reply
+    share the context (the engine refuses a prompt that does not fit)."""
+    prompt = sum(len(m.get("content", "").encode()) + 8 for m in messages) + TEMPLATE_ALLOWANCE
     return max(1, min(context_size, prompt + max_tokens))
 
 
