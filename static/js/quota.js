@@ -7,7 +7,7 @@
 
 import { api } from "./api.js";
 
-const TIME = { hour: "2-digit", minute: "2-digit", timeZone: "UTC", timeZoneName: "short" };
+const TIME = { hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZone: "UTC", timeZoneName: "short" };
 const DATE = { month: "short", day: "numeric", timeZone: "UTC" };
 
 function resetsText(iso, withDate) {
