@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from playwright.sync_api import expect
 
+from e2e.axe import assert_accessible
 from e2e.conftest import User
 from e2e.helpers import ChatPage, api_json
 
@@ -25,6 +26,7 @@ def test_the_page_warns_when_low_and_says_when_a_used_up_quota_resets(
     expect(users_page).to_have_url(re.compile(r"/admin/users$"))  # saved: back to the list
     users_page.goto(f"/admin/users?q={user.email}")
     expect(row.get_by_test_id("quota-day")).to_contain_text("/ 1")
+    assert_accessible(users_page, "/admin/users with its quota forms")
 
     chat = ChatPage(user.page).open()
     expect(chat.page.get_by_test_id("quota-left")).to_be_hidden()  # nothing used yet: no notice
@@ -33,6 +35,7 @@ def test_the_page_warns_when_low_and_says_when_a_used_up_quota_resets(
     notice = chat.page.get_by_test_id("quota-left")
     expect(notice).to_be_visible()
     expect(notice).to_contain_text("0 of your 1 tokens left today")
+    assert_accessible(chat.page, "the chat page with the low-quota notice")
     resets = api_json(chat.page.request, "/api/quota")["day_resets_at"][:10] + " 00:00 UTC"
 
     for transport in ("sse", "ws"):
