@@ -21,6 +21,8 @@ from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.db.session import Sessions, transaction
 from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
@@ -166,7 +168,8 @@ class ReplyService:
                 return _rows(reply, question.id)
 
             source = str(turn.source)
-            generation = await self._launch(user_id, source, turn.prompt(content), params, write)
+            prompt = turn.prompt(content)
+            generation = await self._launch(user_id, source, prompt, params, write, session)
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -301,31 +304,34 @@ class ReplyService:
         messages: list[dict[str, str]],
         params: SamplingParams,
         persist: Persist,
+        session: AsyncSession | None = None,
     ) -> Generation:
         """The manager starts the reply (`GenerationManager.start_reply`): the engine accepts the
         prompt (or EngineRefusedError is raised), then `persist(request_id)` writes the turn; a
-        write that fails aborts the engine request, so nothing is left half-done on either side."""
+        write that fails aborts the engine request, so nothing is left half-done on either side.
+        `session`: the one `persist` writes in, if any (the quota is reserved in it too)."""
         if not self.manager.accepting:
             raise UnavailableError("the server is shutting down: try again in a moment")
         grace_s = self.grace_by_source.get(source, 0.0)
         request = ReplyRequest(messages, params, str(user_id), source, grace_s)
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
-            reservation = None
+            admitted = None
             if self.quotas is not None:  # may raise QuotaExceededError
                 bound = reply_bound(messages, params.max_tokens, self.manager.engine.context_size)
-                reservation = await self.quotas.reserve(user_id, bound)
+                admitted = await self.quotas.admit(user_id, bound, persist, session)
+                persist = admitted.persist
             try:
                 generation = await self.manager.start_reply(request, persist)
             except BaseException as exc:
-                if reservation is not None:  # the reply never started: nothing to count
-                    await self.quotas.release(reservation)  # type: ignore[union-attr]
+                if admitted is not None:  # the reply never started: nothing to count
+                    await admitted.release()
                 if isinstance(exc, EngineUnavailableError):  # the engine's, in the domain's terms
                     raise UnavailableError(str(exc)) from exc
                 if isinstance(exc, EngineError):
                     raise EngineRefusedError(str(exc)) from exc
                 raise
-            if reservation is not None:  # settled with its final save (no await since start)
-                self.quotas.hold(generation.message_id, reservation)  # type: ignore[union-attr]
+            if admitted is not None:  # settled with its final save (no await since the start)
+                admitted.hold(generation.message_id)
         if self.push is not None and source == "page":  # its rows are committed: tell the others
             self.push.reply_started(generation)
         return generation

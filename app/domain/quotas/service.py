@@ -17,11 +17,14 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.errors import DomainError
 from app.domain.quotas import counter
 from app.streaming.generation import Outcome
+from app.streaming.manager import Persist, ReplyRows
 
 LOW_SHARE = 0.10
 """Below this share of a limit left, the page says how much is left."""
@@ -75,6 +78,10 @@ class Limits:
     per_day: int  # 0: no limit
     per_month: int
 
+    @property
+    def any(self) -> bool:
+        return self.per_day > 0 or self.per_month > 0
+
     def apply(self, per_day: int | None, per_month: int | None) -> Limits:
         """These defaults under a user's overrides (None: the default)."""
         return Limits(
@@ -123,6 +130,36 @@ class Reservation:
     tokens: int  # reserved; 0 when the user has no limit (the reply's use is added at its end)
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What `Quotas.check` read before a reply's start, for `Quotas.take`."""
+
+    user_id: UUID
+    now: datetime
+    state: QuotaStatus | None  # None: no such user (the send's own query says so)
+
+
+@dataclass(slots=True)
+class Admitted:
+    """A reply let through: the `persist` to start it with, and its reservation once taken."""
+
+    quotas: Quotas
+    persist: Persist
+    reservation: Reservation | None
+    own_transaction: bool = True
+
+    async def release(self) -> None:
+        """The reply did not start: give back a reservation taken in a transaction of its own
+        (one taken in the caller's is rolled back with it)."""
+        if self.reservation is not None and self.own_transaction:
+            await self.quotas.release(self.reservation)
+
+    def hold(self, message_id: str) -> None:
+        """The reply started as `message_id`: settle its reservation with its final save."""
+        if self.reservation is not None:
+            self.quotas.hold(message_id, self.reservation)
+
+
 TEMPLATE_ALLOWANCE = 64
 """Tokens a chat template may add on its own (SmolLM2's adds a default system prompt of about 20,
 and its markers); a template that adds more can make a reply overshoot by the difference."""
@@ -146,10 +183,15 @@ class Quotas:
         self._held: dict[str, Reservation] = {}  # message id -> its reply's reservation
 
     async def status(self, user_id: UUID, now: datetime | None = None) -> QuotaStatus | None:
-        now = now or self.clock()
-        today = now.date()
+        """The user's quotas as they stand (None: no such user)."""
         async with transaction(self.sessions) as session:
-            row = await counter.read_usage(session, user_id, today, today.replace(day=1))
+            return await self._state(session, user_id, now or self.clock())
+
+    async def _state(
+        self, session: AsyncSession, user_id: UUID, now: datetime
+    ) -> QuotaStatus | None:
+        today = now.date()
+        row = await counter.read_usage(session, user_id, today, today.replace(day=1))
         if row is None:
             return None
         return QuotaStatus(
@@ -160,37 +202,63 @@ class Quotas:
             _start_of_next_month(today),
         )
 
-    async def reserve(self, user_id: UUID, tokens: int) -> Reservation:
-        """Reserve a reply's most tokens, or raise QuotaExceededError. One read; with a limit in
-        force, one conditional write too (a transaction of its own)."""
+    async def check(self, session: AsyncSession, user_id: UUID) -> Admission:
+        """The one read before a reply starts: raises QuotaExceededError once the user's day or
+        month is used up."""
         now = self.clock()
-        state = await self.status(user_id, now)
-        if state is None or (state.limits.per_day <= 0 and state.limits.per_month <= 0):
-            return Reservation(user_id, now.date(), 0)  # counted when it ends
-        self._refuse_if_used_up(state, now)
-        today = now.date()
-        async with transaction(self.sessions) as session:
-            taken = await counter.reserve(
-                session,
-                user_id,
-                today,
-                today.replace(day=1),
-                tokens,
-                per_day=state.limits.per_day,
-                per_month=state.limits.per_month,
-            )
-        if not taken:  # a concurrent reply took what was left
-            latest = await self.status(user_id, now)
-            self._refuse_if_used_up(latest or state, now, always=True)
-        return Reservation(user_id, today, tokens)
+        state = await self._state(session, user_id, now)
+        if state is not None:
+            _refuse_if_used_up(state, now)
+        return Admission(user_id, now, state)
 
-    @staticmethod
-    def _refuse_if_used_up(state: QuotaStatus, now: datetime, *, always: bool = False) -> None:
-        limits = state.limits
-        if limits.per_month > 0 and state.used_month >= limits.per_month:
-            raise QuotaExceededError("month", limits.per_month, state.month_resets_at, now)
-        if (limits.per_day > 0 and state.used_day >= limits.per_day) or always:
-            raise QuotaExceededError("day", limits.per_day, state.day_resets_at, now)
+    async def take(self, session: AsyncSession, admission: Admission, tokens: int) -> Reservation:
+        """Reserve `tokens` in `session`'s transaction (its first write: see counter.reserve), or
+        raise QuotaExceededError when concurrent replies took what was left. Writes nothing for
+        a user with no limit (their reply is counted when it ends)."""
+        state, now = admission.state, admission.now
+        today = now.date()
+        if state is None or not state.limits.any:
+            return Reservation(admission.user_id, today, 0)
+        taken = await counter.reserve(
+            session,
+            admission.user_id,
+            today,
+            today.replace(day=1),
+            tokens,
+            per_day=state.limits.per_day,
+            per_month=state.limits.per_month,
+        )
+        if not taken:
+            latest = await self._state(session, admission.user_id, now)
+            _refuse_if_used_up(latest or state, now, always=True)
+        return Reservation(admission.user_id, today, tokens)
+
+    async def reserve(self, user_id: UUID, tokens: int) -> Reservation:
+        """`check` and `take`, each in a transaction of its own."""
+        async with transaction(self.sessions) as session:
+            admission = await self.check(session, user_id)
+        async with transaction(self.sessions) as session:
+            return await self.take(session, admission, tokens)
+
+    async def admit(
+        self, user_id: UUID, tokens: int, persist: Persist, session: AsyncSession | None = None
+    ) -> Admitted:
+        """A reply about to start (ReplyService._launch): refused now if the quota is used up.
+        With the caller's `session` (a send's: its transaction writes the turn), the reservation
+        is taken in it, just before the turn's rows (`Admitted.persist`), so that it commits with
+        them or is rolled back with them, and no second connection is held. Without, it is taken
+        now in a transaction of its own (`Admitted.release` gives it back if the start fails)."""
+        if session is None:
+            return Admitted(self, persist, await self.reserve(user_id, tokens))
+        admitted = Admitted(self, persist, None, own_transaction=False)
+        admission = await self.check(session, user_id)
+
+        async def reserve_then_persist(request_id: str) -> ReplyRows:
+            admitted.reservation = await self.take(session, admission, tokens)
+            return await persist(request_id)
+
+        admitted.persist = reserve_then_persist
+        return admitted
 
     async def release(self, reservation: Reservation) -> None:
         """Give back a reservation whose reply never started."""
@@ -219,6 +287,18 @@ class Quotas:
         """Those ends are saved, their settlements with them."""
         for outcome in outcomes:
             self._held.pop(outcome.message_id, None)
+
+
+def _refuse_if_used_up(state: QuotaStatus, now: datetime, *, always: bool = False) -> None:
+    """Raise QuotaExceededError for the period used up (`always`: for one, the day's unless
+    only the month has a limit)."""
+    limits = state.limits
+    if limits.per_month > 0 and state.used_month >= limits.per_month:
+        raise QuotaExceededError("month", limits.per_month, state.month_resets_at, now)
+    if limits.per_day > 0 and (always or state.used_day >= limits.per_day):
+        raise QuotaExceededError("day", limits.per_day, state.day_resets_at, now)
+    if always:
+        raise QuotaExceededError("month", limits.per_month, state.month_resets_at, now)
 
 
 def _params(reservation: Reservation, delta: int) -> dict[str, Any]:
