@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 
+import msgspec
 import pytest
 from sqlalchemy import select
 
@@ -60,7 +61,8 @@ async def test_a_reservation_counts_until_the_limit_then_refuses_with_the_reset_
     assert await tokens_on(db_sessions, user, today()) == 60
     state = await quotas.status(user.id)
     assert state is not None
-    assert state.as_json() | {"day_resets_at": None, "month_resets_at": None} == {
+    view = msgspec.structs.asdict(state.view())
+    assert view | {"day_resets_at": None, "month_resets_at": None} == {
         "per_day": 100,
         "per_month": None,
         "used_day": 60,
@@ -71,6 +73,9 @@ async def test_a_reservation_counts_until_the_limit_then_refuses_with_the_reset_
         "month_resets_at": None,
         "low": False,
     }
+    assert view["month_resets_at"] == datetime.combine(
+        (today().replace(day=28) + timedelta(days=4)).replace(day=1), datetime.min.time(), UTC
+    )
 
 
 async def test_concurrent_reservations_stop_within_one_reply_of_the_limit(

@@ -3,8 +3,6 @@ little is left (static/js/quota.js)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Router, get
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotAuthorizedException
@@ -13,17 +11,17 @@ from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.errors import NotLoggedInError
-from app.domain.quotas.service import Quotas
+from app.domain.quotas.service import Quotas, QuotaView
 
 
 @get("/quota", raises=[NotAuthorizedException])
-async def my_quota(quotas: NamedDependency[Quotas], user: NamedDependency[User]) -> dict[str, Any]:
+async def my_quota(quotas: NamedDependency[Quotas], user: NamedDependency[User]) -> QuotaView:
     """The limits in force (null: none), tokens used and left this UTC day and month, when each
     resets, and `low` when less than a tenth of a limit is left."""
     state = await quotas.status(user.id)
     if state is None:  # deleted since the session was checked
         raise NotLoggedInError()
-    return state.as_json()
+    return state.view()
 
 
 quota_router = Router(

@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
@@ -103,24 +104,39 @@ class QuotaStatus:
     def left(self, limit: int, used: int) -> int | None:
         return None if limit <= 0 else max(0, limit - used)
 
-    def as_json(self) -> dict[str, Any]:
+    def view(self) -> QuotaView:
         day = self.left(self.limits.per_day, self.used_day)
         month = self.left(self.limits.per_month, self.used_month)
         low = any(
             left is not None and left < LOW_SHARE * limit
             for left, limit in ((day, self.limits.per_day), (month, self.limits.per_month))
         )
-        return {
-            "per_day": self.limits.per_day or None,
-            "per_month": self.limits.per_month or None,
-            "used_day": self.used_day,
-            "used_month": self.used_month,
-            "left_day": day,
-            "left_month": month,
-            "day_resets_at": self.day_resets_at.isoformat(),
-            "month_resets_at": self.month_resets_at.isoformat(),
-            "low": low,
-        }
+        return QuotaView(
+            per_day=self.limits.per_day or None,
+            per_month=self.limits.per_month or None,
+            used_day=self.used_day,
+            used_month=self.used_month,
+            left_day=day,
+            left_month=month,
+            day_resets_at=self.day_resets_at,
+            month_resets_at=self.month_resets_at,
+            low=low,
+        )
+
+
+class QuotaView(msgspec.Struct, frozen=True):
+    """`GET /api/quota`: limits in force (null: none), tokens used (replies still running count
+    what they reserved) and left, when each resets, and `low` below a tenth left of either."""
+
+    per_day: int | None
+    per_month: int | None
+    used_day: int
+    used_month: int
+    left_day: int | None
+    left_month: int | None
+    day_resets_at: datetime
+    month_resets_at: datetime
+    low: bool
 
 
 @dataclass(frozen=True, slots=True)
