@@ -134,10 +134,6 @@ def _default_database_url() -> str:
     return f"sqlite+aiosqlite:///{data / 'streamchat.db'}"
 
 
-Tokens = Annotated[int, msgspec.Meta(ge=0, le=2_000_000_000)]
-"""A token quota: 0 (no limit) or a positive count."""
-
-
 @dataclass(frozen=True)
 class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
@@ -185,8 +181,8 @@ class Settings:
     max_replies_per_user: int = env("MAX_REPLIES_PER_USER", 8)
     # Tokens (prompt + completion, as the engine counts them) one user may use per UTC day and
     # per UTC month; 0: no limit. An admin overrides them per user (app/domain/quotas/).
-    quota_tokens_per_day: Tokens = env("QUOTA_TOKENS_PER_DAY", 0)
-    quota_tokens_per_month: Tokens = env("QUOTA_TOKENS_PER_MONTH", 0)
+    quota_tokens_per_day: Annotated[int, msgspec.Meta(ge=0)] = env("QUOTA_TOKENS_PER_DAY", 0)
+    quota_tokens_per_month: Annotated[int, msgspec.Meta(ge=0)] = env("QUOTA_TOKENS_PER_MONTH", 0)
     # Longest a client's `final` waits for the reply to be saved
     final_save_wait_s: float = env("FINAL_SAVE_WAIT_S", 5.0)
 
