@@ -24,6 +24,7 @@ from app.domain.quotas import counter, overrides
 from app.domain.quotas.models import QuotaUsage
 from app.domain.quotas.service import Limits, QuotaExceededError, Quotas
 from app.streaming.events import Status
+from app.streaming.manager import ReplyRows
 from tests.db.chat_rows import Sessions, add_turn, outcome, reload
 
 ADMIN = audit.Actor(None, "admin@example.com", "127.0.0.1")
@@ -189,3 +190,37 @@ def test_form_limits_read_as_the_users_page_sends_them() -> None:
     for bad in ("-5", "1e3", "ten", str(overrides.MAX_LIMIT + 1)):
         with pytest.raises(InvalidInputError):
             overrides.parse_form_limit(bad, "per_day")
+
+
+async def test_a_sends_reservation_commits_or_rolls_back_with_its_turn(
+    db_sessions: Sessions, make_user: Callable[..., Awaitable[User]]
+) -> None:
+    """`admit` with the send's session: checked before the engine, taken just before the turn's
+    rows in the same transaction; a turn that is not committed takes its reservation with it."""
+    user = await make_user()
+    quotas = Quotas(db_sessions, Limits(per_day=100, per_month=0))
+    written: list[str] = []
+
+    async def persist(request_id: str) -> ReplyRows:
+        written.append(request_id)
+        return ReplyRows("m", "c", "q")
+
+    for commit in (False, True):
+        async with db_sessions() as session:
+            admitted = await quotas.admit(user.id, 70, persist, session)
+            assert admitted.reservation is None  # not yet: with the turn's rows
+            await admitted.persist("r")
+            assert admitted.reservation is not None and admitted.reservation.tokens == 70
+            if commit:
+                await session.commit()
+        assert await tokens_on(db_sessions, user, today()) == (70 if commit else 0)
+    async with db_sessions() as session:  # 70 < 100: checked in, but refused when taken...
+        admitted = await quotas.admit(user.id, 70, persist, session)
+        async with transaction(db_sessions) as other:  # ...as another reply took the rest
+            await counter.add(other, [{"user": user.id, "day": today(), "delta": 40}])
+        with pytest.raises(QuotaExceededError):
+            await admitted.persist("r")
+    assert written == ["r", "r"]  # the refused turn wrote nothing
+    async with db_sessions() as session:  # used up: refused before the engine is asked
+        with pytest.raises(QuotaExceededError):
+            await quotas.admit(user.id, 1, persist, session)
