@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -188,6 +188,10 @@ class Settings:
     # Push channels (WebSocket subscriptions and GET /api/events) one user may have open in this
     # process; a new one past it ends the oldest with a `resync` (reason "evicted"). 0: no cap.
     push_max_channels_per_user: int = env("PUSH_MAX_CHANNELS_PER_USER", 16)
+    # Tokens (prompt + completion, as the engine counts them) one user may use per UTC day and
+    # per UTC month; 0: no limit. An admin overrides them per user (app/domain/quotas/).
+    quota_tokens_per_day: Annotated[int, msgspec.Meta(ge=0)] = env("QUOTA_TOKENS_PER_DAY", 0)
+    quota_tokens_per_month: Annotated[int, msgspec.Meta(ge=0)] = env("QUOTA_TOKENS_PER_MONTH", 0)
     # Longest a client's `final` waits for the reply to be saved
     final_save_wait_s: float = env("FINAL_SAVE_WAIT_S", 5.0)
 

@@ -4,6 +4,8 @@ and the routes' `raises=` document the same statuses."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from litestar import Litestar, Router, get
 from litestar.exceptions import NotFoundException, ServiceUnavailableException
 from litestar.testing import TestClient
@@ -24,6 +26,7 @@ from app.domain.errors import (
 from app.domain.json_input import BadJsonError
 from app.domain.openai.controllers import openai_router
 from app.domain.openai.errors import context_length_message
+from app.domain.quotas.service import QuotaExceededError
 from app.domain.refusals import ConflictError, documented
 from app.engine.base import PromptTooLongError
 from app.engine.trtllm.limits import PromptOverBatchError
@@ -70,7 +73,19 @@ def make_app() -> Litestar:
     )
     limited = raising("limited", TooManyAttemptsError(12.2))
     too_long = raising("too-long", TOO_LONG)
-    return Litestar([*handlers, limited, too_long, v1], exception_handlers=EXCEPTION_HANDLERS)
+    quota = [raising("quota", USED_UP)]
+    v1_quota = Router("/v1q", route_handlers=quota, exception_handlers=v1.exception_handlers)
+    return Litestar(
+        [*handlers, limited, too_long, v1, *quota, v1_quota], exception_handlers=EXCEPTION_HANDLERS
+    )
+
+
+USED_UP = QuotaExceededError(
+    "day",
+    10_000,
+    datetime(2026, 12, 3, tzinfo=UTC),
+    now=datetime(2026, 12, 2, 21, 30, tzinfo=UTC),
+)
 
 
 def test_every_domain_error_has_its_status_over_http_v1_and_the_websocket() -> None:
@@ -130,6 +145,28 @@ def test_every_engines_prompt_limit_is_context_length_exceeded() -> None:
         "This model takes at most 8192 tokens of messages in one request. However, your "
         "messages resulted in 9000 tokens. Please reduce the length of the messages."
     )
+
+
+def test_a_used_up_quota_says_when_it_resets_and_v1_says_insufficient_quota() -> None:
+    message = (
+        "you have used your token quota for this day (10,000 tokens): it resets at "
+        "2026-12-03 00:00 UTC (in 2 h 30 min)"
+    )
+    with TestClient(make_app()) as client:
+        page = client.get("/quota")
+        api = client.get("/v1q/quota")
+    assert (page.status_code, page.json()["detail"]) == (429, message)
+    assert page.headers["retry-after"] == "9001"
+    assert api.status_code == 429 and api.headers["retry-after"] == "9001"
+    assert api.json() == {
+        "error": {
+            "message": message,
+            "type": "insufficient_quota",  # as OpenAI's own: its clients raise RateLimitError
+            "param": None,
+            "code": "insufficient_quota",
+        }
+    }
+    assert rejection(USED_UP, "send") == (message, 429)
 
 
 def test_login_limits_keep_their_body_and_retry_after() -> None:

@@ -54,6 +54,7 @@ from app.domain.chat.push_routes import user_events
 from app.domain.chat.settings_controllers import settings_router
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
+from app.domain.quotas.controllers import quota_router
 from app.domain.refusals import DOMAIN_ERRORS
 from app.engine import Engine
 from app.settings import Settings
@@ -191,6 +192,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             chat_router,
             user_events,
             settings_router,
+            quota_router,
             archive_router,
             AdminApiController,
             AdminPages,

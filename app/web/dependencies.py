@@ -19,6 +19,7 @@ from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.sign_outs import SignOuts
+from app.domain.quotas.service import Quotas
 from app.engine import Engine
 from app.settings import Settings
 from app.web.services import Services
@@ -38,6 +39,10 @@ def provide_sessions(services: NamedDependency[Services]) -> Sessions:
 
 def provide_replies(services: NamedDependency[Services]) -> ReplyService:
     return services.replies
+
+
+def provide_quotas(services: NamedDependency[Services]) -> Quotas:
+    return services.quotas
 
 
 def provide_conversation_service(services: NamedDependency[Services]) -> ConversationService:
@@ -72,6 +77,7 @@ def app_dependencies() -> dict[str, Provide]:
             "settings": provide_settings,
             "sessions": provide_sessions,
             "replies": provide_replies,
+            "quotas": provide_quotas,
             "conversation_service": provide_conversation_service,
             "push": provide_push,
             "sign_outs": provide_sign_outs,

@@ -22,6 +22,7 @@ from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.sign_outs import SignOuts
+from app.domain.quotas.service import Limits, Quotas
 from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics, relay
@@ -43,6 +44,7 @@ class Services:
     manager: GenerationManager
     cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
+    quotas: Quotas  # each user's token quotas (reserved at a reply's start, settled at its end)
     conversations: ConversationService
     push: UserPush  # each user's events, to every page they have open
     push_relay: Broadcast  # ... on every replica
@@ -63,9 +65,12 @@ class Services:
         engine = engine or create_engine(settings.engine)
         metrics.watch_engine(engine.stats)
         cancel_channel = cancel_channel_for(settings.database_url, sessions)
+        quotas = Quotas(
+            sessions, Limits(settings.quota_tokens_per_day, settings.quota_tokens_per_month)
+        )
         manager = GenerationManager(
             engine,
-            DatabaseLedger(sessions, cancel_channel, settings.replica_id),
+            DatabaseLedger(sessions, cancel_channel, settings.replica_id, quotas),
             flush_interval_s=settings.flush_interval_s,
             client_deadline_s=settings.client_deadline_s,
             final_wait_s=settings.final_save_wait_s,
@@ -84,6 +89,7 @@ class Services:
             replica_id=settings.replica_id,
             max_replies_per_user=settings.max_replies_per_user,
             push=push,
+            quotas=quotas,
         )
         return cls(
             settings,
@@ -93,6 +99,7 @@ class Services:
             manager,
             cancel_channel,
             replies,
+            quotas,
             ConversationService(sessions, manager, push),
             push,
             push_relay,

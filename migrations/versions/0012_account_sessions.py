@@ -1,7 +1,7 @@
 """A user's logged-in browsers, listed on their account page and ended one by one.
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-02
 
 Sessions made before this revision have no row: they stay valid (unlisted) until they end.
@@ -14,7 +14,7 @@ from advanced_alchemy.types import GUID, DateTimeUTC
 from alembic import op
 
 revision: str = "0012"
-down_revision: str | None = "0010"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

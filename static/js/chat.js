@@ -22,6 +22,7 @@ import { MessageList } from "./message-list.js";
 import { OlderMessages, RENDER_STEP } from "./older-messages.js";
 import { watchConnectivity } from "./net-status.js";
 import { loadRatings } from "./rating.js";
+import { watchQuota } from "./quota.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
@@ -37,6 +38,7 @@ import { WsTransport } from "./transport-ws.js";
 const root = $("#app");
 const title = $("#conv-title");
 const announce = announcer($("#sr-status"));
+watchQuota($("#composer-quota"));
 let loadSeq = 0; // a conversation load that a later one overtook is dropped
 
 const signedOut = leaveWhenSignedOut({ root, announce }); // 401s, `signed_out`, a 4401 close

@@ -133,6 +133,7 @@ export class Replies {
     return stream.run().finally(() => {
       if (this.live.get(conversationId)?.stream === stream) this.live.delete(conversationId);
       this.onLive();
+      document.dispatchEvent(new Event("reply-ended")); // its tokens count: the quota notice
     });
   }
 

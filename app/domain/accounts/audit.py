@@ -33,6 +33,7 @@ ACTIONS = (
     "view_conversation",
     "export_conversation",
     "kill_reply",
+    "quota",
 )
 
 

@@ -58,6 +58,9 @@ class User(UUIDPrimaryKey, CreatedAt, Base):
     # made in, and one from an older epoch is dropped (app/domain/accounts/access.py).
     session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
     last_seen_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Token quotas (app/domain/quotas/): None follows QUOTA_TOKENS_PER_DAY / _MONTH, 0 is no limit
+    quota_tokens_per_day: Mapped[int | None] = mapped_column(default=None)
+    quota_tokens_per_month: Mapped[int | None] = mapped_column(default=None)
 
     def __repr__(self) -> str:
         return f"User(id={self.id}, email={self.email!r}, is_admin={self.is_admin})"

@@ -32,7 +32,7 @@ from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.chat import branches, conversations, reply_rows
 from app.domain.chat.conversation_service import ConversationService
-from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService
+from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService, TooManyRepliesError
 from app.domain.chat.reply_frames import page_sse
 from app.domain.chat.schemas import (
     CancelReply,
@@ -49,6 +49,7 @@ from app.domain.chat.schemas import (
     StopResult,
 )
 from app.domain.errors import InvalidInputError, UnavailableError
+from app.domain.quotas.service import QuotaExceededError
 from app.domain.refusals import ConflictError, documented
 from app.domain.sse import LONG_LIVED, sse_response
 
@@ -73,12 +74,16 @@ EVENT_STREAM_RESPONSE = {
 Litestar would send their JSON errors with it too.)"""
 # The errors each kind of endpoint answers with, for the OpenAPI document (`raises`): no session
 # (401), a write without the CSRF header (403), an id that is not the user's (404), a reply that
-# cannot be regenerated (409), an engine that is not taking requests (503).
+# cannot be regenerated (409), too many replies or a token quota used up (429), an engine that
+# is not taking requests (503).
 READ = [NotAuthorizedException]
 READ_ONE = [*READ, *documented(NotFoundError, conversations.ConversationNotFoundError)]
 WRITE = [*READ, PermissionDeniedException]
 WRITE_ONE = [*WRITE, *documented(NotFoundError, conversations.ConversationNotFoundError)]
-START_REPLY = [*WRITE_ONE, *documented(UnavailableError)]
+START_REPLY = [
+    *WRITE_ONE,
+    *documented(UnavailableError, TooManyRepliesError, QuotaExceededError),
+]
 
 
 PAGE, MAX_PAGE = 100, 500

@@ -14,6 +14,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from app.domain.chat.replies import TooManyRepliesError
 from app.domain.errors import ContextLengthExceededError
 from app.domain.openai.schemas import openai_error
+from app.domain.quotas.service import QuotaExceededError
 from app.domain.refusals import refusal_for
 
 ERRORS = {
@@ -24,6 +25,9 @@ ERRORS = {
     ),
     401: "no API key, or one that is not valid",
     404: "no such model",
+    429: "too many replies in progress (code `rate_limit_exceeded`), or the key's owner has used "
+    "up their token quota for the day or month (type and code `insufficient_quota`; Retry-After "
+    "says when it resets)",
     503: "the server is not taking requests (shutting down): try again in a moment",
 }
 """The statuses `/v1` documents, for the OpenAPI document."""
@@ -45,6 +49,7 @@ class OpenAIError(HTTPException):
 def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
     status = getattr(exc, "status_code", 500)
     fields = getattr(exc, "fields", {})
+    headers: dict[str, str] = {}
     if isinstance(exc, ValidationException):
         message = f"invalid request: {exc.extra or exc.detail}"
     elif isinstance(exc, HTTPException):
@@ -53,7 +58,7 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
         status, message = 400, context_length_message(exc)
         fields = {"param": "messages", "code": "context_length_exceeded"}
     elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
-        status, message = refusal.status, refusal.message
+        status, message, headers = refusal.status, refusal.message, refusal.headers
         fields = {
             "param": getattr(exc, "field", None),  # an InvalidInputError's
             # As OpenAI's own 429s; its other errors carry no code.
@@ -64,9 +69,11 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
     kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(
         status, "invalid_request_error"
     )
+    if isinstance(exc, QuotaExceededError):  # OpenAI's own shape for a quota used up
+        kind = fields["code"] = "insufficient_quota"
     if status >= 500:
         kind = "server_error"
-    return Response(openai_error(message, kind=kind, **fields), status_code=status)
+    return Response(openai_error(message, kind=kind, **fields), status_code=status, headers=headers)
 
 
 def context_length_message(exc: ContextLengthExceededError) -> str:
