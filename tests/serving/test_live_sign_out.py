@@ -17,10 +17,22 @@ from typing import Any
 
 import pytest
 
-from tests.live_server import LiveServer, PageClient, PageStream, SseReader, query, read_stream
+from tests.live_server import (
+    TEST_PASSWORD,
+    LiveServer,
+    PageClient,
+    PageStream,
+    SseReader,
+    query,
+    read_stream,
+)
 from tests.serving.sign_out_pages import LONG, event_stream, socket_page
 
 EFFECTIVE_S = 1.5  # "within a second", with room for a loaded test machine
+# What the user does to their own account is applied before the answer goes out, not found by
+# the once-a-second check: measured from the answer, well under that check's period.
+AT_ONCE_S = 0.4
+NEW_PASSWORD = "a brand new passphrase"
 CAP = 3  # PUSH_MAX_CHANNELS_PER_USER here
 
 
@@ -163,6 +175,68 @@ def test_logging_out_everywhere_closes_old_sockets_and_a_new_log_in_keeps_its_ow
         fay.new_conversation()
         assert fresh.take_until("event")["event"] == "conversation_created"
     fay.close()
+
+
+def test_deleting_ones_own_account_mid_reply_stops_it_and_closes_the_socket_at_once(
+    server: LiveServer, alice: PageClient, live_database_url: str
+) -> None:
+    ivy, _ = new_user(server, "ivy")
+    conversation = ivy.new_conversation()
+    with socket_page(server.ws_url, ivy) as page, event_stream(server.url, ivy) as events:
+        message_id = send_on(page, conversation)
+        deleted = ivy.post("/api/account/delete", {"password": TEST_PASSWORD})
+        answered = time.monotonic()
+        assert deleted.status_code == 204, deleted.text
+        assert page.take_until("final", message_id=message_id)["status"] == "cancelled"
+        code, closed_at = page.wait_closed()
+        assert code == 4401 and closed_at - answered < AT_ONCE_S, (code, closed_at - answered)
+        assert page.events()[-1] == {"event": "signed_out", "reason": "deleted"}
+        assert events.wait_ended() - answered < AT_ONCE_S
+    assert stored(live_database_url, message_id) is None  # it went with the account
+    assert alice.wait_engine_idle(5)["running"] == 0
+    ivy.close()
+
+
+@pytest.mark.parametrize("how", ["password", "end-others", "end-one"])
+def test_ending_ones_other_sessions_closes_their_sockets_at_once_and_keeps_this_ones(
+    server: LiveServer, how: str
+) -> None:
+    """A password change, "log out all others" and "log out" on one session close the other
+    browser's socket and event stream before the answer; this browser's socket stays open, past
+    two of the server's once-a-second checks."""
+    this, _ = new_user(server, f"jo-{how}")
+    other = PageClient(server.url)
+    other.login(this.email)
+    with (
+        socket_page(server.ws_url, this) as mine,  # three channels: the cap (CAP) is not reached
+        socket_page(server.ws_url, other) as theirs,
+        event_stream(server.url, other) as their_events,
+    ):
+        if how == "password":
+            ended = this.post(
+                "/api/account/password",
+                {"current_password": TEST_PASSWORD, "new_password": NEW_PASSWORD},
+            )
+        elif how == "end-others":
+            ended = this.post("/api/account/sessions/end-others")
+        else:
+            (row,) = [s for s in this.http.get("/api/account/sessions").json() if not s["current"]]
+            ended = this.http.delete(
+                f"/api/account/sessions/{row['id']}", headers=this.csrf_headers()
+            )
+        answered = time.monotonic()
+        assert ended.status_code in (200, 204), ended.text
+        code, closed_at = theirs.wait_closed()
+        assert code == 4401 and closed_at - answered < AT_ONCE_S, (code, closed_at - answered)
+        assert their_events.wait_ended() - answered < AT_ONCE_S
+        assert their_events.rest()[-1] == {"event": "signed_out", "reason": "logged_out"}
+        time.sleep(2.5)
+        assert mine.open
+        this.new_conversation()
+        assert mine.take_until("event")["event"] == "conversation_created"
+    assert other.http.get("/api/me").status_code == 401
+    other.close()
+    this.close()
 
 
 def test_past_the_cap_a_users_oldest_push_channel_hears_resync_and_ends(

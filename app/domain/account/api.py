@@ -43,6 +43,7 @@ from app.domain.chat import export, importing
 from app.domain.chat.archive_schemas import ACCOUNT_EXPORT_RESPONSE, MAX_ACCOUNT_IMPORT_BYTES
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.schemas import ConversationResponse
+from app.domain.chat.sign_outs import SignOuts
 from app.domain.refusals import documented
 
 T = TypeVar("T")
@@ -114,27 +115,35 @@ class AccountApi(Controller):
         request: Request,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         session_id: FromPath[UUID],
     ) -> None:
-        """Log that browser out: its next request finds itself logged out (on any replica)."""
+        """Log that browser out: its next request finds itself logged out (on any replica), and
+        its open sockets and push channels close at once."""
         if not await browser_sessions.end(sessions, user.id, session_id):
             raise NotFoundException("no such session")
         live: LiveSessions = request.app.state[LIVE_SESSIONS_STATE_KEY]
         live.forget(session_id)
+        sign_outs.end_sessions(user.id, only=session_id)
         if session_id == session_row(request):
             logout(request)
 
     @post("/sessions/end-others", status_code=200, raises=WRITE)
     async def end_other_sessions(
-        self, request: Request, sessions: NamedDependency[Sessions], user: NamedDependency[User]
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
     ) -> SessionsEnded:
-        """Log out every other browser; this one stays logged in."""
+        """Log out every other browser (their sockets close at once); this one stays logged in."""
         listed = await browser_sessions.list_live(sessions, user)
         current = session_row(request)
         epoch = await browser_sessions.end_others(sessions, user.id, current)
         if epoch is None:
             raise NotAuthorizedException("log in first")
         _keep_this_session(request, epoch)
+        sign_outs.end_sessions(user.id, keep=current, epoch=epoch)
         return SessionsEnded(ended=len([row for row in listed if row.id != current]))
 
     @post("/password", status_code=HTTP_204_NO_CONTENT, raises=WITH_PASSWORD)
@@ -144,19 +153,23 @@ class AccountApi(Controller):
         sessions: NamedDependency[Sessions],
         auth_limits: NamedDependency[AuthLimits],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         data: JSONBody[PasswordChange],
     ) -> None:
         """Set a new password (the current one required; a wrong one answers 403). Every other
-        session ends; this one stays, under a new id. API keys keep working."""
+        session ends (its sockets close at once); this one stays, under a new id. API keys keep
+        working."""
+        current = session_row(request)
         epoch = await _password_checked(
             request,
             auth_limits,
             user,
             lambda: service.change_password(
-                sessions, user, data.current_password, data.new_password, session_row(request)
+                sessions, user, data.current_password, data.new_password, current
             ),
         )
         _keep_this_session(request, epoch)
+        sign_outs.end_sessions(user.id, keep=current, epoch=epoch)
         rotate(request)
 
     @get("/export", responses=ACCOUNT_EXPORT_RESPONSE, raises=READ)
@@ -222,11 +235,13 @@ class AccountApi(Controller):
         sessions: NamedDependency[Sessions],
         auth_limits: NamedDependency[AuthLimits],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         data: JSONBody[PasswordConfirmation],
     ) -> None:
         """Delete the account (the password again) with everything of the user's: conversations,
-        ratings, API keys, sessions. The audit log keeps its entries, by the user's id. The last
-        active admin cannot delete themselves (409)."""
+        ratings, API keys, sessions; their running replies stop and their sockets close at once,
+        on every replica. The audit log keeps its entries, by the user's id. The last active
+        admin cannot delete themselves (409)."""
         address = client_address(request)
         await _password_checked(
             request,
@@ -236,4 +251,5 @@ class AccountApi(Controller):
         )
         access: AccessCache = request.app.state[ACCESS_STATE_KEY]
         access.forget(user.id)
+        sign_outs.sign_out(user.id, "deleted")
         logout(request)

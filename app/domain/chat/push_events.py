@@ -88,6 +88,16 @@ class SignedOut(msgspec.Struct, tag_field="event", tag="signed_out"):
     reason: str
 
 
+class SessionsEnded(msgspec.Struct, tag_field="event", tag="sessions_ended"):
+    """Between replicas only, never to a page: some of the user's sessions ended while the
+    account stays (app/domain/chat/sign_outs.py): `only` that one, or every one but `keep`, which
+    goes on under the account's new `epoch`."""
+
+    only: str | None = None
+    keep: str | None = None
+    epoch: int | None = None
+
+
 PushEvent = (
     ReplyStarted
     | ReplyEnded
@@ -116,6 +126,7 @@ class UserPush:
         self.relay = relay
         # Another replica's sign-out of a user (app/domain/chat/sign_outs.py), applied here.
         self.on_signed_out: Callable[[str, SignedOut], None] | None = None
+        self.on_sessions_ended: Callable[[str, SessionsEnded], None] | None = None
         self._watchers: set[asyncio.Task[None]] = set()
 
     def publish(self, user_id: UUID | str, event: PushEvent) -> None:
@@ -123,7 +134,7 @@ class UserPush:
         if self.relay is not None:
             self.relay(str(user_id), _encode(event).decode())
 
-    def tell_others(self, user_id: UUID | str, event: PushEvent) -> None:
+    def tell_others(self, user_id: UUID | str, event: PushEvent | SessionsEnded) -> None:
         """Relay `event` to the other replicas only (a sign-out, which each applies itself)."""
         if self.relay is not None:
             self.relay(str(user_id), _encode(event).decode())
@@ -138,6 +149,10 @@ class UserPush:
         if isinstance(event, SignedOut):
             if self.on_signed_out is not None:
                 self.on_signed_out(user_id, event)
+            return
+        if isinstance(event, SessionsEnded):
+            if self.on_sessions_ended is not None:
+                self.on_sessions_ended(user_id, event)
             return
         self.hub.publish(user_id, event)
 
@@ -194,7 +209,7 @@ class UserPush:
 
 
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder(PushEvent).decode
+_decode = msgspec.json.Decoder(PushEvent | SessionsEnded).decode
 
 
 def _started(generation: Generation) -> ReplyStarted:

@@ -16,7 +16,7 @@ from litestar.response import Stream
 
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
-from app.domain.accounts.login import EPOCH_KEY
+from app.domain.accounts.login import EPOCH_KEY, session_row
 from app.domain.accounts.models import User
 from app.domain.chat.push_events import PushEvent
 from app.domain.chat.sign_outs import SignOuts
@@ -50,7 +50,7 @@ async def user_events(
     conversations created, renamed or deleted. Nothing of any other user's. It ends with
     `signed_out` when this session ends (app/domain/chat/sign_outs.py)."""
     epoch = request.session.get(EPOCH_KEY, 0)
-    events = sign_outs.page_events(user.id, epoch, settings.keepalive_s)
+    events = sign_outs.page_events(user.id, epoch, settings.keepalive_s, session_row(request))
 
     async def body() -> AsyncIterator[bytes]:
         # The first keepalive says "subscribed". A client that goes away cancels the response:

@@ -12,6 +12,12 @@ is ended here, at once:
 - their WebSockets send what their replies still have to say (the `final`s), then close with
   4401, which the page answers by going to the log-in page.
 
+When the user ends some of their own sessions and keeps the account (a password change or "log
+out all others" ends all but this one; "log out" on one session ends that one), `end_sessions`
+closes those sessions' sockets and push channels at once, here and on the other replicas
+(`SessionsEnded`), and leaves the current session's open: they take the account's new epoch.
+Their replies run on (a reply knows its user, not its session).
+
 The replica where the admin acted does this at once and tells the others through the users'
 event relay (`SignedOut` is a push event: app/domain/chat/push_events.py; on PostgreSQL the
 relay is NOTIFY, app/db/broadcast.py), and each does the same for its own connections and replies.
@@ -33,7 +39,7 @@ from uuid import UUID
 
 from app.domain.accounts.access import AccessCache
 from app.domain.accounts.models import UserState
-from app.domain.chat.push_events import PushEvent, SignedOut, UserPush
+from app.domain.chat.push_events import PushEvent, SessionsEnded, SignedOut, UserPush
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
 from app.streaming.push import PushChannel
@@ -46,10 +52,12 @@ SWEEP_S = 1.0
 
 @dataclass(eq=False, slots=True)
 class Connection:
-    """One open socket (or event stream) of a user: its session's epoch, and how to end it."""
+    """One open socket (or event stream) of a user: its session's epoch and row, and how to end
+    it."""
 
     epoch: int
     close: Callable[[str], None]  # (reason): returns at once; the socket ends in its own time
+    session: str | None = None  # the session's row (None: a session from before the list)
     closing: bool = False
 
     def end(self, reason: str) -> None:
@@ -73,13 +81,19 @@ class SignOuts:
         self._sockets: dict[str, dict[Connection, None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         push.on_signed_out = lambda user_id, event: self.apply(user_id, event.reason)
+        push.on_sessions_ended = self.apply_sessions_ended
 
     @contextlib.contextmanager
     def watch(
-        self, user_id: UUID | str, epoch: int, close: Callable[[str], None]
+        self,
+        user_id: UUID | str,
+        epoch: int,
+        close: Callable[[str], None],
+        session: UUID | None = None,
     ) -> Iterator[None]:
-        """Register one socket of the user for as long as the block runs."""
-        connection = Connection(epoch, close)
+        """Register one socket of the user (opened by the session whose row is `session`) for as
+        long as the block runs."""
+        connection = Connection(epoch, close, None if session is None else str(session))
         mine = self._sockets.setdefault(str(user_id), {})
         mine[connection] = None
         try:
@@ -90,7 +104,7 @@ class SignOuts:
                 del self._sockets[str(user_id)]
 
     async def page_events(
-        self, user_id: UUID | str, epoch: int, keepalive_s: float
+        self, user_id: UUID | str, epoch: int, keepalive_s: float, session: UUID | None = None
     ) -> AsyncGenerator[PushEvent | None, None]:
         """`UserPush.page_events` for `GET /api/events`, watched like a socket: it ends (with
         `signed_out`) when the session it was opened with ends."""
@@ -101,7 +115,7 @@ class SignOuts:
                 channel.end(SignedOut(reason))
 
         events = self.push.page_events(user_id, keepalive_s, subscribed=channels.append)
-        with self.watch(user_id, epoch, end):
+        with self.watch(user_id, epoch, end, session):
             async with contextlib.aclosing(events):
                 async for event in events:
                     yield event
@@ -136,6 +150,43 @@ class SignOuts:
                 channels,
                 len(sockets),
             )
+
+    def end_sessions(
+        self,
+        user_id: UUID | str,
+        *,
+        only: UUID | None = None,
+        keep: UUID | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        """After some of the user's sessions ended (committed): `only` that one, or every one but
+        `keep`, which goes on under the account's new `epoch`. Closes their sockets and push
+        channels here and on every other replica; the account stays."""
+        event = SessionsEnded(
+            only=None if only is None else str(only),
+            keep=None if keep is None else str(keep),
+            epoch=epoch,
+        )
+        self.push.tell_others(user_id, event)
+        self.apply_sessions_ended(str(user_id), event)
+
+    def apply_sessions_ended(self, user_id: str, event: SessionsEnded) -> None:
+        """End this replica's sockets of the sessions that `event` ended."""
+        ended = 0
+        for connection in list(self._sockets.get(user_id, ())):
+            if connection.closing:
+                continue
+            if event.only is not None:
+                gone = connection.session == event.only
+            else:
+                gone = event.keep is None or connection.session != event.keep
+            if gone:
+                connection.end("logged_out")
+                ended += 1
+            elif event.only is None and event.epoch is not None:
+                connection.epoch = event.epoch  # the kept session's: current, not behind
+        if ended:
+            log.info("sessions of %s ended: %d connections closed", user_id, ended)
 
     def connection_count(self, user_id: UUID | str | None = None) -> int:
         """Sockets and `GET /api/events` streams watched here."""

@@ -33,7 +33,7 @@ from msgspec import UNSET
 
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import logged_in_user
-from app.domain.accounts.login import EPOCH_KEY
+from app.domain.accounts.login import EPOCH_KEY, session_row
 from app.domain.accounts.models import User
 from app.domain.chat.frames import (
     PING,
@@ -49,12 +49,13 @@ from app.domain.chat.frames import (
     event_frame,
     read_frame,
 )
-from app.domain.chat.push_events import PushEvent, UserPush
+from app.domain.chat.push_events import PushEvent, SignedOut, UserPush
 from app.domain.chat.replies import ReplyEvents, ReplyService
 from app.domain.chat.reply_frames import page_ws
 from app.domain.chat.sign_outs import SignOuts
 from app.domain.errors import DomainError, InvalidInputError, NotLoggedInError
 from app.domain.json_input import BadJsonError
+from app.streaming.push import PushChannel
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class ChatSocket:
         self._closing: asyncio.Task[None] | None = None
         self._send_lock = asyncio.Lock()
         self._streams: set[asyncio.Task[None]] = set()
+        self._channels: list[PushChannel[PushEvent]] = []  # its subscription's, once subscribed
         self._handlers: dict[type[Any], Callable[[Any], Awaitable[None]]] = {
             SendFrame: self.on_send,
             RegenerateFrame: self.on_regenerate,
@@ -117,7 +119,12 @@ class ChatSocket:
 
     async def run(self) -> None:
         watching = (
-            self.sign_outs.watch(self.user.id, self.socket.session.get(EPOCH_KEY, 0), self.sign_out)
+            self.sign_outs.watch(
+                self.user.id,
+                self.socket.session.get(EPOCH_KEY, 0),
+                self.sign_out,
+                session_row(self.socket),
+            )
             if self.sign_outs is not None
             else contextlib.nullcontext()
         )
@@ -135,6 +142,8 @@ class ChatSocket:
     def sign_out(self, reason: str) -> None:
         """The account was signed out (app/domain/chat/sign_outs.py): end this socket."""
         self._signed_out = True
+        for channel in self._channels:  # one session's end: nothing else ended its subscription
+            channel.end(SignedOut(reason))
         self._closing = asyncio.create_task(self._close_signed_out(reason), name="ws-sign-out")
 
     async def _close_signed_out(self, reason: str) -> None:
@@ -189,7 +198,10 @@ class ChatSocket:
     async def on_subscribe(self, frame: SubscribeFrame) -> None:
         if self.push is not None and not self._subscribed:  # once per socket
             self._subscribed = True
-            self.push_events(self.push.page_events(self.user.id, self.replies.keepalive_s))
+            events = self.push.page_events(
+                self.user.id, self.replies.keepalive_s, subscribed=self._channels.append
+            )
+            self.push_events(events)
 
     def stream(self, reply: ReplyEvents, client_ref: str | None) -> None:
         task = asyncio.create_task(self._pump_to_socket(reply, client_ref))
