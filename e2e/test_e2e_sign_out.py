@@ -39,7 +39,7 @@ def test_a_user_disabled_while_streaming_sees_the_reply_stopped_then_the_log_in_
 
     # The reply stops where it was, and says so; then the page goes to the log-in page.
     expect(reply).to_have_attribute("data-status", "cancelled", timeout=3_000)
-    expect(chat.badge(reply)).to_have_text("stopped")
+    expect(chat.badge(reply)).to_have_text("stopped: signed out")  # not "You stopped"
     expect(user.page.locator("#app")).to_have_attribute("data-signed-out", re.compile(".+"))
     expect(user.page).to_have_url(re.compile(r"/login\?next="), timeout=5_000)
     expect(user.page.get_by_role("button", name=re.compile("log in", re.I))).to_be_visible()

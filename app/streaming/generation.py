@@ -67,6 +67,8 @@ class Outcome:
     cancel_token_index: int | None
     tokens_after_cancel: int | None
     error: str | None
+    # Who stopped a `cancelled` reply: a CancelCause's value ("user", "admin", "signed_out").
+    stopped_by: str | None = None
 
 
 class Generation:
@@ -324,6 +326,11 @@ class Generation:
             cancel_token_index=self.cancel_token_index,
             tokens_after_cancel=tokens_after_cancel,
             error=finished.error,
+            stopped_by=(
+                self.cancel_cause.value
+                if status is Status.CANCELLED and self.cancel_cause is not None
+                else None
+            ),
         )
 
 
@@ -346,4 +353,5 @@ def final_from_outcome(outcome: Outcome, *, saved: bool = True) -> Final:
         },
         error=outcome.error,
         saved=saved,
+        stopped_by=outcome.stopped_by,
     )

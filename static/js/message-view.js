@@ -19,7 +19,7 @@ import { tokensPerSecond } from "./reply.js";
 
 /** How each end state is labelled on its badge, and the badge's tooltip. */
 export const BADGES = {
-  cancelled: ["stopped", "You stopped this reply."],
+  cancelled: ["stopped", "This reply was stopped."],
   length: ["length limit", "The reply reached the maximum number of tokens."],
   disconnected: ["connection lost", "The connection was lost and the server stopped the reply."],
   failed: ["failed", "The reply failed."],
@@ -27,6 +27,19 @@ export const BADGES = {
   truncated: ["truncated", "The stream ended before the reply was complete."],
   rejected: ["not sent", "The server refused the message."],
 };
+
+/** A stopped reply's badge says who stopped it (the server's `stopped_by`). */
+export const STOPPED_BY = {
+  user: ["stopped", "You stopped this reply."],
+  admin: ["stopped by an admin", "An admin stopped this reply."],
+  signed_out: ["stopped: signed out", "The reply stopped when your account was signed out."],
+};
+
+/** The badge of a reply that has ended ([label, tooltip]), or undefined for none. */
+export function endBadge(reply) {
+  if (reply.status === "cancelled") return STOPPED_BY[reply.stoppedBy] ?? BADGES.cancelled;
+  return BADGES[reply.status];
+}
 
 let viewCounter = 0;
 
@@ -188,7 +201,7 @@ export class MessageView {
     if (streaming && this.stopping) badge = ["stopping…", "Stopping the reply."];
     else if (streaming && this.reconnecting)
       badge = [this.reconnecting.offline ? "offline — waiting" : "reconnecting…", "The connection dropped; resuming where it left off."];
-    else if (BADGES[r.status]) badge = BADGES[r.status];
+    else if (endBadge(r)) badge = endBadge(r);
     if (badge) {
       parts.push(
         h("span", { class: `badge badge-${streaming ? "pending" : r.status}`, "data-testid": "badge", title: badge[1] }, badge[0]),
@@ -286,7 +299,7 @@ export class MessageView {
 
   /** What a screen reader hears when the reply has ended: its end state, then its text, once. */
   spokenText() {
-    const label = BADGES[this.reply.status]?.[0];
+    const label = endBadge(this.reply)?.[0];
     return [label ? `Reply ${label}.` : "Reply finished.", this.textEl.innerText.trim()].filter(Boolean).join(" ");
   }
 

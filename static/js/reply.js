@@ -41,6 +41,7 @@ export class ReplyState {
     this.offset = offset ?? cpLen(text); // code points received so far
     this.status = status; // streaming | a final status | "truncated" (page-only)
     this.finishReason = null;
+    this.stoppedBy = null; // a cancelled reply's: "user", "admin" or "signed_out" (null: not known)
     this.usage = null;
     this.timings = null;
     this.error = null;
@@ -85,6 +86,7 @@ export class ReplyState {
     if (!FINAL_STATUSES.has(status)) status = "failed";
     this.status = status;
     this.finishReason = data.finish_reason ?? null;
+    this.stoppedBy = status === "cancelled" ? (data.stopped_by ?? null) : null;
     this.usage = data.usage ?? this.usage;
     this.timings = data.timings ?? this.timings;
     this.error = data.error ?? (status === "failed" ? "The reply failed." : null);
@@ -104,6 +106,7 @@ export class ReplyState {
       status: row.status || "completed",
     });
     s.finishReason = row.finish_reason ?? null;
+    s.stoppedBy = row.stopped_by ?? null;
     if (row.prompt_tokens != null || row.completion_tokens != null) {
       s.usage = { prompt_tokens: row.prompt_tokens ?? null, completion_tokens: row.completion_tokens ?? null };
     }

@@ -279,6 +279,7 @@ export class ReplyStream {
     if (s.done) return this._end();
     if (!s.messageId) {
       s.status = "cancelled";
+      s.stoppedBy = "user";
       s.error = null;
       return this._end();
     }
@@ -302,7 +303,7 @@ export class ReplyStream {
       return null;
     }
     const status = FINAL_STATUSES.has(res.status) ? res.status : "cancelled";
-    s.finish({ status, finish_reason: null, usage: s.usage, timings: s.timings, error: null });
+    s.finish({ status, finish_reason: null, usage: s.usage, timings: s.timings, error: null, stopped_by: "user" });
     return this._end();
   }
 

@@ -245,6 +245,7 @@ async def test_the_row_keeps_the_outcome_as_it_is(
         cancel_token_index=5,
         tokens_after_cancel=2,
         error="stopped by the user",
+        stopped_by="admin",
     )
     assert None not in dataclasses.astuple(ended)  # every field says something
 

@@ -523,3 +523,20 @@ test("WS: close code 4401 calls the unauthorized hook", async () => {
   assert.equal(s.status, "failed");
   assert.equal(s.notSent, true);
 });
+
+test("a stopped reply's badge says who stopped it: the user, an admin or a sign-out", async () => {
+  await import("./dom-shim.mjs");
+  const { endBadge } = await import("../../static/js/message-view.js");
+  const ended = (data) => {
+    const s = new ReplyState();
+    s.finish(data);
+    return s;
+  };
+  assert.equal(endBadge(ended({ status: "cancelled", stopped_by: "user" }))[0], "stopped");
+  assert.equal(endBadge(ended({ status: "cancelled", stopped_by: "admin" }))[0], "stopped by an admin");
+  assert.equal(endBadge(ended({ status: "cancelled", stopped_by: "signed_out" }))[0], "stopped: signed out");
+  assert.match(endBadge(ended({ status: "cancelled" }))[1], /was stopped/); // a row from before
+  assert.equal(endBadge(ReplyState.fromRow({ status: "cancelled", stopped_by: "admin" }))[0], "stopped by an admin");
+  assert.equal(endBadge(ended({ status: "length", stopped_by: "admin" }))[0], "length limit");
+  assert.equal(endBadge(ended({ status: "completed" })), undefined);
+});

@@ -60,7 +60,7 @@ def row_id(database_url: str, value: str) -> str | bytes:
 def stored(database_url: str, message_id: str) -> dict[str, Any] | None:
     rows = query(
         database_url,
-        "SELECT status, content, replica_id FROM messages WHERE id = :id",
+        "SELECT status, content, replica_id, stopped_by FROM messages WHERE id = :id",
         id=row_id(database_url, message_id),
     )
     return rows[0] if rows else None
@@ -86,7 +86,7 @@ def test_disabling_a_user_mid_reply_stops_it_and_ends_their_channels_at_once(
         assert alice.post(f"/admin/api/users/{carol_id}/disable").status_code == 200
 
         final = page.take_until("final", message_id=message_id)
-        assert final["status"] == "cancelled", final
+        assert final["status"] == "cancelled" and final["stopped_by"] == "signed_out", final
         code, closed_at = page.wait_closed()
         assert code == 4401
         assert closed_at - acted < EFFECTIVE_S, closed_at - acted
@@ -95,7 +95,7 @@ def test_disabling_a_user_mid_reply_stops_it_and_ends_their_channels_at_once(
         assert events.rest()[-1] == {"event": "signed_out", "reason": "disabled"}
 
     row = stored(live_database_url, message_id)
-    assert row is not None and row["status"] == "cancelled"
+    assert row is not None and row["status"] == "cancelled" and row["stopped_by"] == "signed_out"
     assert row["content"] == page.text_of(message_id) != ""  # the text it had, kept
     assert alice.wait_engine_idle(5)["running"] == 0  # the engine's sequence is gone
     assert carol.http.get("/api/me").status_code == 401
@@ -274,8 +274,16 @@ def test_an_admin_killing_a_reply_is_audited(server: LiveServer, alice: PageClie
         message_id = send_on(page, conversation)
         killed = alice.post(f"/admin/api/live/{message_id}/kill")
         assert killed.status_code == 200 and killed.json()["status"] == "cancelled"
-        assert page.take_until("final", message_id=message_id)["status"] == "cancelled"
+        final = page.take_until("final", message_id=message_id)
+        assert final["status"] == "cancelled" and final["stopped_by"] == "admin", final
         assert page.open  # a kill stops the reply, not the user
+        # The page learns who stopped it from the row too (a reload, another tab).
+        (shown,) = [m for m in hal.conversation(conversation)["messages"] if m["id"] == message_id]
+        assert shown["stopped_by"] == "admin"
+        own = send_on(page, conversation)
+        page.send({"type": "cancel", "message_id": own})
+        final = page.take_until("final", message_id=own)
+        assert final["status"] == "cancelled" and final["stopped_by"] == "user", final
     entries = alice.http.get("/admin/api/audit", params={"who": hal_id}).json()["entries"]
     assert [e["action"] for e in entries] == ["kill_reply"]
     (entry,) = entries

@@ -152,6 +152,7 @@ class AdminUsersApi(Controller):
         data: JSONBody[Role],
     ) -> dict[str, Any]:
         done = await management.set_role(sessions, actor(request, user), user_id, data.is_admin)
+        changed(request, user_id)  # a demoted admin's next request here is a user's
         return account_json(done)
 
     @put("/users/{user_id:uuid}/quota", raises=CHANGE_RAISES)

@@ -164,6 +164,7 @@ class AdminUserPages(Controller):
             return await self._users_page(
                 request, sessions, settings, status_code=exc.status, error=exc.public_message
             )
+        changed(request, user_id)  # a demoted admin's next request here is a user's
         return Redirect("/admin/users", status_code=303)
 
     @post("/users/{user_id:uuid}/quota/set", status_code=303)

@@ -94,6 +94,8 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
     status: Mapped[Status] = mapped_column(_str_enum(Status, "message_status"))
     finish_reason: Mapped[str | None] = mapped_column(String(32), default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    # Who stopped a `cancelled` reply: "user", "admin" or "signed_out" (app/streaming/events.py).
+    stopped_by: Mapped[str | None] = mapped_column(String(16), default=None)
     model: Mapped[str | None] = mapped_column(String(200), default=None)
     engine_request_id: Mapped[str | None] = mapped_column(String(64), default=None)
     replica_id: Mapped[str | None] = mapped_column(String(64), default=None)  # who generates it

@@ -43,6 +43,8 @@ class FinalFrame(ReplyFrame, tag="final"):
     timings: dict[str, float | None]
     error: str | None
     saved: bool
+    # A `cancelled` reply's only: who stopped it ("user", "admin" or "signed_out").
+    stopped_by: str | UnsetType = UNSET
 
 
 class ErrorFrame(FinalFrame, tag="error"):
@@ -76,6 +78,7 @@ def page_frame(
         event.timings,
         event.error,
         event.saved,
+        UNSET if event.stopped_by is None else event.stopped_by,
     )
 
 

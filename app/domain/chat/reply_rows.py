@@ -82,6 +82,7 @@ def outcome_columns(outcome: Outcome) -> dict[str, Any]:
         "cancel_token_index": outcome.cancel_token_index,
         "tokens_after_cancel": outcome.tokens_after_cancel,
         "error": outcome.error,
+        "stopped_by": outcome.stopped_by,
     }
 
 
@@ -106,6 +107,7 @@ def stored_outcome(m: Message) -> Outcome:
         cancel_token_index=m.cancel_token_index,
         tokens_after_cancel=m.tokens_after_cancel,
         error=m.error,
+        stopped_by=m.stopped_by,
     )
 
 

@@ -133,6 +133,7 @@ class MessageResponse(msgspec.Struct):
     cancel_token_index: int | None
     tokens_after_cancel: int | None
     parent_id: str | None  # the message this one follows (app/domain/chat/tree.py)
+    stopped_by: str | None  # a `cancelled` reply's: "user", "admin" or "signed_out"
 
     @classmethod
     def of(cls, m: Message) -> MessageResponse:
@@ -155,6 +156,7 @@ class MessageResponse(msgspec.Struct):
             cancel_token_index=m.cancel_token_index,
             tokens_after_cancel=m.tokens_after_cancel,
             parent_id=str(m.parent_id) if m.parent_id else None,
+            stopped_by=m.stopped_by,
         )
 
 
