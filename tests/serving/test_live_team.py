@@ -6,8 +6,10 @@ The synthetic engine: the replies are not the point."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from tests.live_server import (
 )
 
 EFFECTIVE_S = 1.5  # the access cache re-reads an account at most once a second
+ROUNDS = 4  # each race is run this many times: a lost race shows up as two winners
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +192,79 @@ def test_an_admin_opening_a_conversation_is_audited_and_delete_keeps_the_log(
     page = admin.http.get("/admin/audit", params={"who": "fay@example.com"})
     assert page.status_code == 200 and page.text.count('data-testid="audit-entry"') == 4
     fay.close()
+
+
+def at_once(*calls: Callable[[], httpx.Response]) -> list[httpx.Response]:
+    """Make the requests at the same moment, each from its own thread."""
+    start = threading.Barrier(len(calls))
+
+    def run(call: Callable[[], httpx.Response]) -> httpx.Response:
+        start.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def admins(admin: PageClient) -> list[str]:
+    listed = admin.http.get("/admin/api/users", params={"state": "active"}).json()["users"]
+    return sorted(u["email"] for u in listed if u["is_admin"])
+
+
+def test_two_approvals_of_one_account_at_the_same_moment_approve_it_once(
+    server: LiveServer, admin: PageClient
+) -> None:
+    other = PageClient(server.url)
+    other.login("admin@example.com")  # the same admin, in a second browser
+    for round_ in range(ROUNDS):
+        client, signed_up = new_user(server, f"twice-{round_}@example.com")
+        path = f"/admin/api/users/{signed_up['id']}/approve"
+        answers = at_once(lambda p=path: admin.post(p), lambda p=path: other.post(p))
+        assert sorted(a.status_code for a in answers) == [200, 409], [a.text for a in answers]
+        entries = admin.http.get("/admin/api/audit", params={"who": signed_up["id"]}).json()
+        assert [e["action"] for e in entries["entries"]] == ["approve"]
+        assert within(EFFECTIVE_S, lambda c=client: c.http.get("/api/me").status_code == 200)
+        client.close()
+    other.close()
+
+
+def test_two_admins_demoting_each_other_at_the_same_moment_leave_one_admin(
+    server: LiveServer, admin: PageClient
+) -> None:
+    """Two admins, the only ones, each take the other's role at once: one of them is refused
+    (409), and one admin remains. Then the remaining admin gives the module's admin back its role."""
+    me = admin.http.get("/api/me").json()["id"]
+    pair: list[tuple[PageClient, str]] = []
+    for name in ("ann", "ben"):
+        client, signed_up = new_user(server, f"{name}-racer@example.com")
+        admin.post(f"/admin/api/users/{signed_up['id']}/approve").raise_for_status()
+        admin.http.put(
+            f"/admin/api/users/{signed_up['id']}/role",
+            json={"is_admin": True},
+            headers=admin.csrf_headers(),
+        ).raise_for_status()
+        client.login()  # its session now reads the account as active and admin
+        pair.append((client, signed_up["id"]))
+    (ann, ann_id), (ben, ben_id) = pair
+
+    def demote(who: PageClient, whom: str) -> Callable[[], httpx.Response]:
+        return lambda: who.http.put(
+            f"/admin/api/users/{whom}/role", json={"is_admin": False}, headers=who.csrf_headers()
+        )
+
+    demote(ann, me)().raise_for_status()  # now ann and ben are the only admins
+    for _ in range(ROUNDS):
+        answers = at_once(demote(ann, ben_id), demote(ben, ann_id))
+        codes = sorted(a.status_code for a in answers)
+        assert codes == [200, 409], [a.text for a in answers]
+        winner, loser_id = (ann, ben_id) if answers[0].status_code == 200 else (ben, ann_id)
+        assert admins(winner) == [winner.email]
+        winner.http.put(
+            f"/admin/api/users/{loser_id}/role", json={"is_admin": True},
+            headers=winner.csrf_headers(),
+        ).raise_for_status()  # fmt: skip
+    ann.http.put(
+        f"/admin/api/users/{me}/role", json={"is_admin": True}, headers=ann.csrf_headers()
+    ).raise_for_status()
+    for client in (ann, ben):
+        client.close()
