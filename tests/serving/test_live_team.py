@@ -268,3 +268,31 @@ def test_two_admins_demoting_each_other_at_the_same_moment_leave_one_admin(
     ).raise_for_status()
     for client in (ann, ben):
         client.close()
+
+
+def test_the_users_list_shows_last_seen_and_replies_and_tokens_of_the_day_and_month(
+    server: LiveServer, admin: PageClient
+) -> None:
+    gil, signed_up = new_user(server, "gil@example.com")
+    admin.post(f"/admin/api/users/{signed_up['id']}/approve").raise_for_status()
+    assert within(EFFECTIVE_S, lambda: gil.http.get("/api/me").status_code == 200)
+
+    def listed() -> dict[str, Any]:
+        (row,) = admin.http.get("/admin/api/users", params={"q": "gil@"}).json()["users"]
+        return row
+
+    before = listed()
+    assert (before["replies_day"], before["tokens_day"], before["replies_month"]) == (0, 0, 0)
+    conversation = gil.new_conversation()
+    for words in ("One.", "Two."):
+        with gil.send(conversation, f"[[synthetic:tokens=7]] {words}") as response:
+            assert response.status_code == 200
+            response.read()
+    replies = [m for m in gil.conversation(conversation)["messages"] if m["role"] == "assistant"]
+    assert [m["status"] for m in replies] == ["completed", "completed"]
+    used = sum(m["prompt_tokens"] + m["completion_tokens"] for m in replies)
+    row = listed()
+    assert (row["replies_day"], row["replies_month"]) == (2, 2)
+    assert row["tokens_day"] == row["tokens_month"] == used > 0
+    assert row["last_seen_at"] is not None
+    gil.close()
