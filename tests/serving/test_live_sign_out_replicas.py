@@ -1,7 +1,8 @@
 """Effective at once on every replica (issue 24, item 3): two servers on one PostgreSQL database
 (the multi-replica set-up; the relay between them is NOTIFY). The admin acts on replica A; the
 user's page is on replica B, where their reply runs: it is stopped and saved `cancelled`, and B
-closes the user's socket and push channel, within about a second.
+closes the user's socket and push channel, within about a second. A user ending one of their
+sessions on A closes that session's socket on B at once.
 
 PostgreSQL only: SQLite is one process (its sign-outs are in test_live_sign_out.py). Each client
 keeps to one replica (sessions here are each process's own; the shared session store is
@@ -18,7 +19,7 @@ import pytest
 from tests.live_server import LiveServer, PageClient, running_server, server_env
 from tests.live_server import throwaway_database as live_database
 from tests.serving.sign_out_pages import event_stream, socket_page
-from tests.serving.test_live_sign_out import EFFECTIVE_S, send_on, stored
+from tests.serving.test_live_sign_out import AT_ONCE_S, EFFECTIVE_S, send_on, stored
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,8 @@ def test_an_admin_on_one_replica_stops_the_users_reply_and_sockets_on_the_other(
         acted = time.monotonic()
         assert admin.post(f"/admin/api/users/{user_id}/disable").status_code == 200
 
-        assert page.take_until("final", message_id=message_id)["status"] == "cancelled"
+        final = page.take_until("final", message_id=message_id)
+        assert final["status"] == "cancelled" and final["stopped_by"] == "signed_out", final
         code, closed_at = page.wait_closed()
         assert code == 4401 and closed_at - acted < EFFECTIVE_S, (code, closed_at - acted)
         assert page.events()[-1] == {"event": "signed_out", "reason": "disabled"}
@@ -69,6 +71,32 @@ def test_an_admin_on_one_replica_stops_the_users_reply_and_sockets_on_the_other(
     assert user.http.get("/api/me").status_code == 401  # and B's requests refuse the session
     admin.close()
     user.close()
+
+
+def test_a_user_logging_out_a_session_on_another_replica_closes_its_socket_there_at_once(
+    replicas: tuple[LiveServer, LiveServer],
+) -> None:
+    """The user ends, from replica A's account page, the session they have on replica B: B
+    closes that session's socket at once (told by A: nothing else would, as the account's epoch
+    does not change); A's own socket stays."""
+    a, b = replicas
+    on_a = PageClient(a.url)
+    on_a.signup("jan@example.com")
+    on_b = PageClient(b.url)
+    on_b.login("jan@example.com")
+    with socket_page(a.ws_url, on_a) as mine, socket_page(b.ws_url, on_b) as theirs:
+        (row,) = [s for s in on_a.http.get("/api/account/sessions").json() if not s["current"]]
+        ended = on_a.http.delete(f"/api/account/sessions/{row['id']}", headers=on_a.csrf_headers())
+        answered = time.monotonic()
+        assert ended.status_code == 204, ended.text
+        code, closed_at = theirs.wait_closed()
+        assert code == 4401 and closed_at - answered < AT_ONCE_S, (code, closed_at - answered)
+        assert theirs.events()[-1] == {"event": "signed_out", "reason": "logged_out"}
+        time.sleep(2.5)  # two of each server's once-a-second checks
+        assert mine.open
+    assert on_b.http.get("/api/me").status_code == 401
+    on_a.close()
+    on_b.close()
 
 
 def database(server: LiveServer) -> str:
