@@ -14,7 +14,7 @@ from playwright.sync_api import Locator, Page, expect
 
 from e2e.axe import assert_accessible
 from e2e.conftest import User
-from e2e.helpers import ChatPage, unique_email
+from e2e.helpers import STORY, ChatPage, ask_for_longer_replies, unique_email
 from tests.live_server import TEST_PASSWORD
 
 
@@ -93,3 +93,25 @@ def test_an_admin_manages_accounts_from_the_users_page_and_the_audit_log_shows_i
     expect(log).to_have_count(1)
     expect(log.first).to_contain_text(created)
     users.close()
+
+
+def test_a_reply_the_admin_kills_from_the_live_view_says_an_admin_stopped_it(
+    admin: User, new_user: Callable[..., User]
+) -> None:
+    """Not "You stopped this reply.": the user's page says who did, live and after a reload."""
+    user = new_user("killed")
+    chat = ChatPage(user.page).open()
+    ask_for_longer_replies(user.page, 2000, only=STORY)  # still streaming when the admin acts
+    reply = chat.send(STORY)
+    chat.wait_text(reply, 20)
+    message_id = reply.get_attribute("data-message-id")
+
+    live = admin.context.new_page()
+    live.goto("/admin/live")
+    live.get_by_role("button", name=f"Kill reply {message_id}").click()
+    expect(reply).to_have_attribute("data-status", "cancelled", timeout=5_000)
+    expect(chat.badge(reply)).to_have_text("stopped by an admin")
+    expect(chat.badge(reply)).to_have_attribute("title", "An admin stopped this reply.")
+    chat.reload()
+    expect(chat.badge(chat.assistant_messages().first)).to_have_text("stopped by an admin")
+    live.close()
