@@ -59,6 +59,7 @@ import itertools
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -90,6 +91,7 @@ from app.engine.trtllm.setup import (
     tensorrt_llm_installed,
     version_tuple,
 )
+from app.engine.token_counting import MessageCounter
 from app.engine.trtllm.stats import IterationStats
 from app.engine.trtllm.watch import WATCH_S, executor_failure
 from app.settings import EngineSettings
@@ -120,7 +122,9 @@ class TrtLlmEngine(TableEngine[_Request]):
         super().__init__()
         self._settings = settings
         self._model = settings.model_path or DEFAULT_MODEL
-        self._limits = Limits(settings.context_size, settings.context_size)
+        asked = settings.context_size or settings.kv_cells  # until the model config says
+        self._limits = Limits(asked, asked)
+        self._counter: MessageCounter | None = None
         self._trt: ModuleType | None = None
         self._llm: Any = None
         self._llm_kwargs: dict[str, Any] = {}
@@ -148,6 +152,15 @@ class TrtLlmEngine(TableEngine[_Request]):
     def context_size(self) -> int:
         return self._limits.context
 
+    def count_tokens(self, message: Mapping[str, str]) -> int:
+        if self._counter is None:
+            raise EngineUnavailableError("the TensorRT-LLM engine is not running")
+        return self._counter.count(message)
+
+    @property
+    def prompt_overhead(self) -> int:
+        return 0 if self._counter is None else self._counter.overhead
+
     async def start(self) -> None:
         if self._llm is not None:
             return
@@ -159,8 +172,11 @@ class TrtLlmEngine(TableEngine[_Request]):
         cache_kwargs, self._salted = cache_options(trt)
         self.sampler = choice.name
         self.in_process = apply_worker_mode(self._settings.trtllm_in_process)
+        # ENGINE_CONTEXT 0 (the default): no max_seq_len, so TensorRT-LLM takes the model
+        # config's positions, lowered to what its KV cache holds (read back by `read_limits`)
+        asked = self._settings.context_size
         self._llm_kwargs = {
-            "max_seq_len": self._settings.context_size,
+            **({"max_seq_len": asked} if asked else {}),
             "max_batch_size": self._settings.max_seqs,
             "enable_iter_perf_stats": True,
             **({"enable_chunked_prefill": True} if "enable_chunked_prefill" in fields else {}),
@@ -206,6 +222,13 @@ class TrtLlmEngine(TableEngine[_Request]):
             raise EngineUnavailableError(f"TensorRT-LLM loaded {self._model} without a tokenizer")
         self._llm, self._tokenizer = llm, llm.tokenizer
         self._limits = read_limits(llm, self._settings.context_size)
+        tokenizer = llm.tokenizer
+        self._counter = MessageCounter(
+            lambda messages, opener: tokenizer.apply_chat_template(
+                [dict(m) for m in messages], tokenize=False, add_generation_prompt=opener
+            ),
+            lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
+        )
 
     async def shutdown(self) -> None:
         self._accepting = False
