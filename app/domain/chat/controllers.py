@@ -145,6 +145,7 @@ class ConversationController(Controller):
     async def read(
         self,
         sessions: NamedDependency[Sessions],
+        replies: NamedDependency[ReplyService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
         before: Annotated[UUID | None, QueryParameter()] = None,
@@ -153,9 +154,11 @@ class ConversationController(Controller):
         """The conversation with the newest `limit` messages of the branch shown (oldest first),
         or the `limit` before the message `before`; `earlier` counts the messages before them.
         A huge conversation thus arrives, and is drawn, a page at a time (409: `before` is not on
-        the branch shown any more)."""
+        the branch shown any more). `context`: what the next message may hold."""
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
-        return ConversationWithMessages.of_thread(thread, thread.page(before, limit))
+        shown = ConversationWithMessages.of_thread(thread, thread.page(before, limit))
+        shown.context = await replies.context_limits(conversation_id)
+        return shown
 
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(

@@ -19,14 +19,22 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from app.db.session import Sessions, transaction
-from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
+from app.domain.chat import branches, chat_settings, conversations, fitting, prompts, reply_rows
+from app.domain.chat.context_window import Fitted
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
-from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, StopResult
+from app.domain.chat.schemas import (
+    CancelReply,
+    ContextLimits,
+    ReplyOptions,
+    ResumeReply,
+    SendMessage,
+    StopResult,
+)
 from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
 from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
@@ -144,6 +152,7 @@ class ReplyService:
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
+            window = self.fit(turn.branch(content, uuid4()), turn.settings.system_prompt, params)
 
             async def write(request_id: str) -> ReplyRows:
                 question, reply, title = await reply_rows.write_turn(
@@ -155,6 +164,7 @@ class ReplyService:
                     engine_request_id=request_id,
                     replica_id=self.replica_id,
                     title_if_untitled=content if turn.untitled else None,
+                    window=window,
                 )
                 await session.commit()
                 if title is not None and self.push is not None:  # named by this first message
@@ -162,7 +172,7 @@ class ReplyService:
                 return _rows(reply, question.id)
 
             source = str(turn.source)
-            generation = await self._launch(user_id, source, turn.prompt(content), params, write)
+            generation = await self._launch(user_id, source, window.messages, params, write)
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -247,8 +257,8 @@ class ReplyService:
         chosen = await chat_settings.for_conversation(self.sessions, old.conversation_id)
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
-        history, question_id = await prompts.regeneration_prompt(self.sessions, old)
-        messages = prompts.with_system_prompt(chosen.system_prompt, history)
+        branch = await prompts.regeneration_branch(self.sessions, old)
+        window = self.fit(branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             reply = await branches.add_sibling_reply(
@@ -257,10 +267,11 @@ class ReplyService:
                 self.model_name,
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
+                window=window,
             )
-            return _rows(reply, question_id)
+            return _rows(reply, window.question_id)
 
-        return await self._launch(user_id, "page", messages, params, write)
+        return await self._launch(user_id, "page", window.messages, params, write)
 
     async def _edit(
         self, user_id: UUID, message_id: UUID, content: str, options: ReplyOptions
@@ -274,8 +285,8 @@ class ReplyService:
         chosen = await chat_settings.for_conversation(self.sessions, edited.conversation_id)
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
-        turn = await prompts.edit_prompt(self.sessions, edited, content)
-        messages = prompts.with_system_prompt(chosen.system_prompt, turn)
+        branch = await prompts.edit_branch(self.sessions, edited, content, uuid4())
+        window = self.fit(branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             question, reply = await branches.add_edited_turn(
@@ -285,10 +296,19 @@ class ReplyService:
                 self.model_name,
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
+                window=window,
             )
             return _rows(reply, question.id)
 
-        return await self._launch(user_id, "page", messages, params, write)
+        return await self._launch(user_id, "page", window.messages, params, write)
+
+    def fit(self, branch: prompts.Branch, system_prompt: str, params: SamplingParams) -> Fitted:
+        return fitting.fit_branch(self.manager.engine, branch, system_prompt, params)
+
+    async def context_limits(self, conversation_id: UUID) -> ContextLimits | None:
+        """What the conversation's next message may hold (`fitting.context_limits`)."""
+        engine = self.manager.engine
+        return await fitting.context_limits(self.sessions, engine, self.limits, conversation_id)
 
     async def _launch(
         self,

@@ -43,6 +43,10 @@ class FinalFrame(ReplyFrame, tag="final"):
     timings: dict[str, float | None]
     error: str | None
     saved: bool
+    # The context the reply used (its prompt + reply tokens: usage's total) of the engine's
+    # context size (null: a reply replayed from the database): the page's context meter.
+    context_tokens: int
+    context_size: int | None
 
 
 class ErrorFrame(FinalFrame, tag="error"):
@@ -76,6 +80,8 @@ def page_frame(
         event.timings,
         event.error,
         event.saved,
+        event.usage.get("total_tokens", 0),
+        event.context_size,
     )
 
 
