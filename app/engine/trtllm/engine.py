@@ -76,6 +76,7 @@ from app.engine.base import (
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.fair_queue import FairQueue
 from app.engine.requests import RequestState, TableEngine, reply_room
+from app.engine.token_counting import MessageCounter
 from app.engine.trtllm.errors import NeverRaised, backend_ending, refusal, request_error_type
 from app.engine.trtllm.limits import Limits, read_limits
 from app.engine.trtllm.setup import (
@@ -91,7 +92,6 @@ from app.engine.trtllm.setup import (
     tensorrt_llm_installed,
     version_tuple,
 )
-from app.engine.token_counting import MessageCounter
 from app.engine.trtllm.stats import IterationStats
 from app.engine.trtllm.watch import WATCH_S, executor_failure
 from app.settings import EngineSettings
