@@ -117,8 +117,8 @@ class MessageResponse(msgspec.Struct):
     parent_id: str | None  # the message this one follows (app/domain/chat/tree.py)
     # A reply's context window (app/domain/chat/context_window.py): the first message of the
     # branch its prompt held (null: from the start; the question itself: no earlier message).
-    window_start_id: str | None = None
-    token_count: int | None = None  # tokens it takes in a prompt (null: not counted yet)
+    window_start_id: str | None
+    token_count: int | None  # tokens it takes in a prompt (null: not counted yet)
 
     @classmethod
     def of(cls, m: Message) -> MessageResponse:
