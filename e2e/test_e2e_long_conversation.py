@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from e2e.conftest import User
@@ -22,6 +23,16 @@ from e2e.helpers import ChatPage, csrf_headers, screenshot
 from tests.long_conversation import long_export
 
 MESSAGES = 2000
+
+
+@pytest.fixture(scope="module")
+def server_env_overrides() -> dict[str, object]:
+    """A 2,048-token context: the fitted window's first prefill (about half of it: the window
+    steps, see app/domain/chat/context_window.py) takes seconds on one shared CPU thread, where
+    SmolLM2's full 8,192 would take a minute or more."""
+    return {"ENGINE_CONTEXT": 2048}
+
+
 LONG_TASK_MS = 100
 
 WATCH_LONG_TASKS = """
