@@ -12,6 +12,7 @@ the limit, which the conversation's GET gave beforehand; export and import keep 
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -86,7 +87,7 @@ def test_a_conversation_past_the_context_keeps_answering_in_steps(alice: PageCli
     messages = alice.conversation(conversation)["messages"]
     assert len(messages) == 2 * TURNS
     starts = check_windows(messages)
-    moves = sum(1 for a, b in zip(starts, starts[1:], strict=False) if a != b)
+    moves = sum(1 for a, b in itertools.pairwise(starts) if a != b)
     assert starts[-1] is not None and moves >= 2, starts  # it overflowed, more than once
     assert moves <= TURNS // 2, starts  # in steps: most turns keep the previous one's start
     # counted once: every question when written, every reply by the next send
