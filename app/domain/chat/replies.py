@@ -10,6 +10,10 @@ the conversation, its settings and the branch on screen, the engine checks the p
 statements write the turn. Every request's set-up runs on the one event loop, so each round trip
 saved is taken off the time-to-first-token of every request queued behind it in a burst
 (bench/setup_cost.py).
+
+A page prompt (send, regenerate, edit) is the branch fitted to the context first (`fit`,
+app/domain/chat/context_window.py): the reply row keeps where its window began, the rows their
+token counts (the ones counted now stored in the same write).
 """
 
 from __future__ import annotations
