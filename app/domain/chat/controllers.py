@@ -164,6 +164,7 @@ class ConversationController(Controller):
     async def show_branch(
         self,
         sessions: NamedDependency[Sessions],
+        replies: NamedDependency[ReplyService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
         data: JSONBody[ShowBranch],
@@ -171,7 +172,9 @@ class ConversationController(Controller):
         """Show another version (the branch through `message_id`, to its newest end): the
         conversation as it reads now. The next turn follows it."""
         thread = await branches.switch_branch(sessions, user.id, conversation_id, data.message_id)
-        return ConversationWithMessages.of_thread(thread)
+        shown = ConversationWithMessages.of_thread(thread)
+        shown.context = await replies.context_limits(conversation_id)
+        return shown
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def rename(

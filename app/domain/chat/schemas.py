@@ -165,7 +165,7 @@ class ContextLimits(msgspec.Struct):
 class ConversationWithMessages(ConversationResponse):
     messages: list[ThreadMessageResponse]  # the branch shown (or a page of it), oldest first
     earlier: int = 0  # how many messages of the branch come before these (0: none)
-    context: ContextLimits | None = None  # GET's only (null: the engine is not running)
+    context: ContextLimits | None = None  # null: the engine is not running
 
     @classmethod
     def of_thread(
