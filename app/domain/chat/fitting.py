@@ -11,7 +11,7 @@ from app.domain.chat.context_window import Fitted, Room
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.prompts import Branch
 from app.domain.chat.schemas import ContextLimits, ReplyOptions
-from app.domain.errors import UnavailableError
+from app.domain.errors import InvalidInputError, UnavailableError
 from app.engine.base import Engine, EngineUnavailableError, SamplingParams
 
 
@@ -41,10 +41,14 @@ async def context_limits(
     sessions: Sessions, engine: Engine, limits: ReplyLimits, conversation_id: UUID
 ) -> ContextLimits | None:
     """The context, the reply's reserve and the longest message that fits for the conversation's
-    next turn, with its settings (None while the engine cannot count)."""
+    next turn, with its settings (None while the engine cannot count, or the settings no longer
+    fit the context: a send then says why)."""
     chosen = await chat_settings.for_conversation(sessions, conversation_id)
     options = chat_settings.turn_options(ReplyOptions(), chosen)
-    params = limits.sampling(options, engine.context_size)
+    try:  # settings stored under a larger context may no longer be valid: no limits to give
+        params = limits.sampling(options, engine.context_size)
+    except InvalidInputError:
+        return None
     room = room_for(engine, params)
     try:
         system = chosen.system_prompt
