@@ -25,6 +25,8 @@ from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.db.session import Sessions, transaction
 from app.domain.chat import branches, chat_settings, conversations, fitting, prompts, reply_rows
 from app.domain.chat.context_window import Fitted
@@ -37,10 +39,17 @@ from app.domain.chat.schemas import (
     ReplyOptions,
     ResumeReply,
     SendMessage,
+    SendTurn,
     StopResult,
 )
-from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
-from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
+from app.domain.errors import (
+    ContextLengthExceededError,
+    DomainError,
+    EngineRefusedError,
+    UnavailableError,
+)
+from app.domain.quotas.service import Quotas, reply_bound
+from app.engine.base import EngineError, EngineUnavailableError, PromptTooLongError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
@@ -94,12 +103,14 @@ class ReplyService:
         replica_id: str | None = None,
         max_replies_per_user: int = 0,
         push: UserPush | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         """`keepalive_s`: how long a reply's stream may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit.
         `push`: where the user's pages hear of a page reply that starts (and ends), and of a
-        chat its first message names."""
+        chat its first message names.
+        `quotas`: the users' token quotas, reserved as each reply starts (None: not counted)."""
         self.sessions = sessions
         self.manager = manager
         self.limits = limits
@@ -110,6 +121,7 @@ class ReplyService:
         self.max_replies_per_user = max_replies_per_user
         self._starting: Counter[str] = Counter()  # replies past the check, not yet live
         self.push = push
+        self.quotas = quotas
 
     @contextlib.contextmanager
     def _reply_slot(self, user_id: UUID) -> Iterator[None]:
@@ -139,9 +151,11 @@ class ReplyService:
     # -- the transports' API ---------------------------------------------------------------------
 
     async def send(
-        self, user_id: UUID, conversation_id: UUID, request: SendMessage, *, transport: str
+        self, user_id: UUID, conversation_id: UUID, request: SendTurn, *, transport: str
     ) -> ReplyEvents:
-        """Add the user's message to their conversation and stream the reply from its start.
+        """Add the user's message to their conversation, after `request.parent_id` (the end of
+        the branch on the sender's screen; None: the branch shown), and stream the reply from its
+        start.
 
         One transaction, in `_launch`'s order: the conversation with its settings and the branch
         on screen are read (one query, which also checks that the session's user still exists:
@@ -152,7 +166,7 @@ class ReplyService:
         SQLAlchemy keeps: sqlalchemy/dialects/sqlite/base.py, "Legacy Transaction Mode"), so the
         write transaction starts with `write_turn`'s UPDATE."""
         async with self.sessions(expire_on_commit=False) as session:
-            turn = await prompts.next_turn(session, user_id, conversation_id)
+            turn = await prompts.next_turn(session, user_id, conversation_id, request.parent_id)
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
@@ -176,7 +190,8 @@ class ReplyService:
                 return _rows(reply, question.id)
 
             source = str(turn.source)
-            generation = await self._launch(user_id, source, window.messages, params, write)
+            messages = window.messages
+            generation = await self._launch(user_id, source, messages, params, write, session)
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -321,21 +336,36 @@ class ReplyService:
         messages: list[dict[str, str]],
         params: SamplingParams,
         persist: Persist,
+        session: AsyncSession | None = None,
     ) -> Generation:
         """The manager starts the reply (`GenerationManager.start_reply`): the engine accepts the
         prompt (or EngineRefusedError is raised), then `persist(request_id)` writes the turn; a
-        write that fails aborts the engine request, so nothing is left half-done on either side."""
+        write that fails aborts the engine request, so nothing is left half-done on either side.
+        `session`: the one `persist` writes in, if any (the quota is reserved in it too)."""
         if not self.manager.accepting:
             raise UnavailableError("the server is shutting down: try again in a moment")
         grace_s = self.grace_by_source.get(source, 0.0)
         request = ReplyRequest(messages, params, str(user_id), source, grace_s)
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
+            admitted = None
+            if self.quotas is not None:  # may raise QuotaExceededError
+                bound = reply_bound(messages, params.max_tokens, self.manager.engine.context_size)
+                admitted = await self.quotas.admit(user_id, bound, persist, session)
+                persist = admitted.persist
             try:
                 generation = await self.manager.start_reply(request, persist)
-            except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
-                raise UnavailableError(str(exc)) from exc
-            except EngineError as exc:
-                raise EngineRefusedError(str(exc)) from exc
+            except BaseException as exc:
+                if admitted is not None:  # the reply never started: nothing to count
+                    await admitted.release()
+                if isinstance(exc, EngineUnavailableError):  # the engine's, in the domain's terms
+                    raise UnavailableError(str(exc)) from exc
+                if isinstance(exc, PromptTooLongError):
+                    raise context_refusal(exc) from exc
+                if isinstance(exc, EngineError):
+                    raise EngineRefusedError(str(exc)) from exc
+                raise
+            if admitted is not None:  # settled with its final save (no await since the start)
+                admitted.hold(generation.message_id)
         if self.push is not None and source == "page":  # its rows are committed: tell the others
             self.push.reply_started(generation)
         return generation
@@ -389,6 +419,15 @@ class ReplyService:
         if reply.is_final:
             return str(reply.status)
         return await self.elsewhere.stop(str(reply.id), cause, wait_s)
+
+
+def context_refusal(exc: PromptTooLongError) -> ContextLengthExceededError:
+    # The context holds the prompt and the reply; an engine's other prompt limits (TensorRT-LLM's
+    # max_num_tokens: app/engine/trtllm/limits.py) hold the prompt alone.
+    reply_room = type(exc) is PromptTooLongError
+    return ContextLengthExceededError(
+        str(exc), exc.prompt_tokens, exc.context_size, reply_room=reply_room
+    )
 
 
 def _rows(reply: Message, question_id: UUID) -> ReplyRows:
