@@ -30,7 +30,7 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
-from app.domain.chat import branches, conversations, reply_rows
+from app.domain.chat import branches, conversations, fitting, reply_rows
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService, TooManyRepliesError
 from app.domain.chat.reply_frames import page_sse
@@ -166,7 +166,8 @@ class ConversationController(Controller):
         the branch shown any more). `context`: what the next message may hold."""
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
         shown = ConversationWithMessages.of_thread(thread, thread.page(before, limit))
-        shown.context = await replies.context_limits(conversation_id)
+        engine, limits = replies.manager.engine, replies.limits
+        shown.context = await fitting.context_limits(sessions, engine, limits, conversation_id)
         return shown
 
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
@@ -183,7 +184,10 @@ class ConversationController(Controller):
         the conversation hear of it (push event `branch_shown`) and re-render it."""
         thread = await conversation_service.show_branch(user.id, conversation_id, data.message_id)
         shown = ConversationWithMessages.of_thread(thread)
-        shown.context = await replies.context_limits(conversation_id)
+        engine, limits = replies.manager.engine, replies.limits
+        shown.context = await fitting.context_limits(
+            replies.sessions, engine, limits, conversation_id
+        )
         return shown
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)

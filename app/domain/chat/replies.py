@@ -10,10 +10,6 @@ the conversation, its settings and the branch on screen, the engine checks the p
 statements write the turn. Every request's set-up runs on the one event loop, so each round trip
 saved is taken off the time-to-first-token of every request queued behind it in a burst
 (bench/setup_cost.py).
-
-A page prompt (send, regenerate, edit) is the branch fitted to the context first (`fit`,
-app/domain/chat/context_window.py): the reply row keeps where its window began, the rows their
-token counts (the ones counted now stored in the same write).
 """
 
 from __future__ import annotations
@@ -29,13 +25,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Sessions, transaction
 from app.domain.chat import branches, chat_settings, conversations, fitting, prompts, reply_rows
-from app.domain.chat.context_window import Fitted
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
+from app.domain.chat.reply_errors import NotFoundError, TooManyRepliesError
 from app.domain.chat.schemas import (
     CancelReply,
-    ContextLimits,
     ReplyOptions,
     ResumeReply,
     SendMessage,
@@ -44,7 +39,6 @@ from app.domain.chat.schemas import (
 )
 from app.domain.errors import (
     ContextLengthExceededError,
-    DomainError,
     EngineRefusedError,
     UnavailableError,
 )
@@ -55,26 +49,6 @@ from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
 from app.streaming.poller import ReplyPoller
 from app.streaming.subscriber import live_events
-
-
-class NotFoundError(DomainError, LookupError):
-    """No such conversation or message for this user (foreign ids look exactly like missing ones)."""
-
-    status = 404
-    message = "no such message"
-
-
-class TooManyRepliesError(DomainError):
-    """The user already has as many replies streaming (or queued) here as one user may."""
-
-    status = 429
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        super().__init__(
-            f"you already have {limit} replies in progress, the most one user may have at once: "
-            f"wait for one to finish (or stop one) and send again"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +144,8 @@ class ReplyService:
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
-            window = self.fit(turn.branch(content, uuid4()), turn.settings.system_prompt, params)
+            branch, system_prompt = turn.branch(content, uuid4()), turn.settings.system_prompt
+            window = fitting.fit_branch(self.manager.engine, branch, system_prompt, params)
 
             async def write(request_id: str) -> ReplyRows:
                 question, reply, title = await reply_rows.write_turn(
@@ -268,8 +243,7 @@ class ReplyService:
 
         Same order as `send` (`_launch`): the engine accepts the prompt before any row changes.
         Raises NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or
-        EngineRefusedError before writing anything.
-        """
+        EngineRefusedError before writing anything."""
         old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
@@ -277,7 +251,7 @@ class ReplyService:
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
         branch = await prompts.regeneration_branch(self.sessions, old)
-        window = self.fit(branch, chosen.system_prompt, params)
+        window = fitting.fit_branch(self.manager.engine, branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             reply = await branches.add_sibling_reply(
@@ -295,9 +269,9 @@ class ReplyService:
     async def _edit(
         self, user_id: UUID, message_id: UUID, content: str, options: ReplyOptions
     ) -> Generation:
-        """The edited question and its reply, in `send`'s order (`_launch`), with the
-        conversation's settings like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
-        EngineRefusedError before writing anything."""
+        """The edited question and its reply, in `send`'s order (`_launch`), with the conversation's
+        settings like any turn. Raises NotFoundError, branches.NotEditableError,
+        TooManyRepliesError or EngineRefusedError before writing anything."""
         edited = await conversations.get_message(self.sessions, user_id, message_id)
         if edited is None or edited.role is not MessageRole.USER:
             raise NotFoundError(message_id)
@@ -305,7 +279,7 @@ class ReplyService:
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
         branch = await prompts.edit_branch(self.sessions, edited, content, uuid4())
-        window = self.fit(branch, chosen.system_prompt, params)
+        window = fitting.fit_branch(self.manager.engine, branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             question, reply = await branches.add_edited_turn(
@@ -320,14 +294,6 @@ class ReplyService:
             return _rows(reply, question.id)
 
         return await self._launch(user_id, "page", window.messages, params, write)
-
-    def fit(self, branch: prompts.Branch, system_prompt: str, params: SamplingParams) -> Fitted:
-        return fitting.fit_branch(self.manager.engine, branch, system_prompt, params)
-
-    async def context_limits(self, conversation_id: UUID) -> ContextLimits | None:
-        """What the conversation's next message may hold (`fitting.context_limits`)."""
-        engine = self.manager.engine
-        return await fitting.context_limits(self.sessions, engine, self.limits, conversation_id)
 
     async def _launch(
         self,
@@ -385,8 +351,7 @@ class ReplyService:
 
         None means "nothing to say for keepalive_s": the transport sends a heartbeat.
         A reply that is not live here is read from the database (`ReplyPoller`): a finished one replays to
-        its end; one still streaming elsewhere (another replica) is polled until it ends.
-        """
+        its end; one still streaming elsewhere (another replica) is polled until it ends."""
         if isinstance(reply, Generation):
             return live_events(reply, transport=transport, after=after, keepalive_s=keepalive_s)
         return self.elsewhere.events(
@@ -408,8 +373,7 @@ class ReplyService:
         status it has in memory (its save is then still being retried: see
         app/streaming/saving.py). Ended here but not saved yet: its end status, at once.
         Streaming on another replica: ask over the cancel channel and watch the database for its
-        end. Already finished: nothing to do.
-        """
+        end. Already finished: nothing to do."""
         if isinstance(reply, Generation):
             if reply.outcome is None:
                 reply.cancel(cause)
