@@ -4,7 +4,8 @@
  * composer whose Send turns into Stop while a reply streams (composer.js), the replies themselves
  * (replies.js over stream.js and a transport, SSE or WebSocket, as the toggle says), the thread's
  * views and versions (thread.js, branches.js), the push channel from the user's other tabs
- * (push.js, tab-sync.js), search, export and ratings, the settings panel and the account dialog.
+ * (push.js, tab-sync.js), search, export and ratings, the settings panel and the account dialog,
+ * and what the model sees of it (context-view.js: the window's divider, the context meter).
  *
  * This module holds which conversation is open and loads it; the components do the rest. Model
  * and user text only ever reach the page as text nodes (markdown.js builds elements from an
@@ -14,6 +15,7 @@
 import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
 import { AccountDialog } from "./account.js";
 import { Composer } from "./composer.js";
+import { ContextView } from "./context-view.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
 import { findAndKeep } from "./find-and-keep.js";
@@ -98,7 +100,10 @@ const messages = new MessageList({
 const older = new OlderMessages({
   list: messages,
   render: (rows) => messageNodes(rows, null).nodes,
-  onDrawn: (id) => loadRatings(id, messages.el).catch(() => {}), // the replies just drawn
+  onDrawn(id) {
+    loadRatings(id, messages.el).catch(() => {}); // the replies just drawn
+    contextView.placeDivider(); // the window's start may be among them
+  },
   onStale: (id) => id === conversations.currentId && openConversation(id),
 });
 
@@ -112,13 +117,27 @@ const composer = new Composer({
   onStop: stopCurrent,
 });
 
+const contextView = new ContextView({
+  list: messages,
+  older,
+  meter: $("#context-meter"),
+  composer,
+  note: $("#composer-limit"),
+  currentId: () => conversations.currentId,
+  announce,
+});
+
 const replies = new Replies({
   list: messages,
   composer,
   transport: () => transports[transport.name],
   announce,
-  onStarted: (id, content) => conversations.touch(id, content),
+  onStarted(id, content) {
+    conversations.touch(id, content);
+    contextView.refresh(id); // where its window begins
+  },
   onLive: showLive,
+  onEnded: (id, state) => contextView.replyEnded(id, state),
 });
 
 // The user's other tabs and devices: their events over the page's one push channel.
@@ -239,6 +258,7 @@ function showNoConversation() {
   setTitle(DEFAULT_TITLE);
   messages.show();
   older.reset(null, [], 0);
+  contextView.clear();
   conversations.render();
   showLive();
 }
@@ -273,6 +293,7 @@ function showMessages(id, data, { atLeast = 0 } = {}) {
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
   messages.show(nodes);
   older.reset(id, rows.slice(0, split), data.earlier || 0, rows[split]?.id);
+  contextView.show(data);
   return toResume;
 }
 
@@ -290,6 +311,8 @@ async function openConversation(id, { fresh = false } = {}) {
   if (fresh) {
     messages.show();
     older.reset(id, [], 0);
+    contextView.clear();
+    contextView.refresh(id);
     return;
   }
   let data;

@@ -20,9 +20,10 @@ export class Replies {
    * @param announce   reads a short status out to screen readers
    * @param onStarted  (conversationId, content or null): the server took the message
    * @param onLive     (): a reply started or ended (Send/Stop, the list's dots)
+   * @param onEnded    (conversationId, state): a reply's final event came (the context it used)
    */
-  constructor({ list, composer, transport, announce, onStarted, onLive }) {
-    Object.assign(this, { list, composer, transport, announce, onStarted, onLive });
+  constructor({ list, composer, transport, announce, onStarted, onLive, onEnded }) {
+    Object.assign(this, { list, composer, transport, announce, onStarted, onLive, onEnded });
     this.live = new Map(); // conversationId -> {stream, view, userView}
   }
 
@@ -108,8 +109,9 @@ export class Replies {
           composer.showError(s.error || err.message);
           announce(`Not sent: ${s.error || err.message}`);
         },
-        onFinal(s) {
+        onFinal: (s) => {
           view.finish();
+          this.onEnded?.(conversationId, s);
           if (userView && userView.reply.status === "sending") {
             userView.reply.status = s.notSent ? "failed" : "completed";
             userView.update();
