@@ -215,9 +215,9 @@ def test_a_message_too_long_is_said_before_sending_and_the_servers_refusal_shown
     expect(note).to_be_hidden()
     expect(chat.send_button).to_be_enabled()
 
-    # Long words the estimate counts as one token each (SmolLM2 spends several): the page lets it
-    # go, the server refuses it naming the limit, and the words come back into the composer.
-    words = "Antidisestablishmentarianism " * (limit // 2)
+    # Numbers the estimate counts 3 digits a token (SmolLM2 spends one per digit): the page lets
+    # them go, the server refuses them naming the limit, and they come back into the composer.
+    words = "1234567890 " * (limit // 5)
     chat.composer.fill(words)
     expect(note).to_be_hidden()
     chat.send_button.click()
