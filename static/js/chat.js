@@ -12,8 +12,9 @@
  * allowlist; nothing uses innerHTML).
  */
 
-import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
+import { api, ApiError, enc } from "./api.js";
 import { AccountDialog } from "./account.js";
+import { ArchivedNote } from "./archived-note.js";
 import { Composer } from "./composer.js";
 import { ContextView } from "./context-view.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
@@ -21,11 +22,14 @@ import { $, announcer } from "./dom.js";
 import { findAndKeep } from "./find-and-keep.js";
 import { MessageList } from "./message-list.js";
 import { OlderMessages, RENDER_STEP } from "./older-messages.js";
+import { setTitle } from "./page-title.js";
 import { watchConnectivity } from "./net-status.js";
 import { loadRatings } from "./rating.js";
+import { watchQuota } from "./quota.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
+import { leaveWhenSignedOut } from "./sign-out.js";
 import { Sidebar } from "./sidebar.js";
 import { TopbarMenu } from "./topbar-menu.js";
 import { hearOtherTabs } from "./tab-sync.js";
@@ -35,19 +39,15 @@ import { SseTransport } from "./transport-sse.js";
 import { WsTransport } from "./transport-ws.js";
 
 const root = $("#app");
-const title = $("#conv-title");
 const announce = announcer($("#sr-status"));
+watchQuota($("#composer-quota"));
 let loadSeq = 0; // a conversation load that a later one overtook is dropped
 
-function goToLogin() {
-  const next = encodeURIComponent(location.pathname + location.hash);
-  location.assign(`/login?next=${next}`);
-}
-setUnauthorizedHandler(goToLogin);
+const signedOut = leaveWhenSignedOut({ root, announce }); // 401s, `signed_out`, a 4401 close
 
 const transports = {
   sse: new SseTransport(),
-  ws: new WsTransport({ onUnauthorized: goToLogin }),
+  ws: new WsTransport({ onUnauthorized: () => signedOut() }),
 };
 
 const transport = new TransportChoice($("#transport"), (name) => {
@@ -71,6 +71,7 @@ const conversations = new ConversationList({
   list: $("#conversation-list"),
   empty: $("#conversations-empty"),
   older: $("#older-conversations"),
+  archivedToggle: $("#show-archived"),
   confirm: $("#confirm-dialog"),
   isLive: (id) => !!replies.liveFor(id) || sync.isLive(id),
   announce,
@@ -80,6 +81,9 @@ const conversations = new ConversationList({
   },
   onTitle(c) {
     if (c.id === conversations.currentId) setTitle(conversationTitle(c));
+  },
+  onFiled(c) {
+    if (c.id === conversations.currentId) archivedNote.show(c);
   },
   onDeleting: (c) => replies.stop(c.id),
   onDeleted(c) {
@@ -100,10 +104,7 @@ const messages = new MessageList({
 const older = new OlderMessages({
   list: messages,
   render: (rows) => messageNodes(rows, null).nodes,
-  onDrawn(id) {
-    loadRatings(id, messages.el).catch(() => {}); // the replies just drawn
-    contextView.placeDivider(); // the window's start may be among them
-  },
+  onDrawn: (id) => loadRatings(id, messages.el).catch(() => {}), // the replies just drawn
   onStale: (id) => id === conversations.currentId && openConversation(id),
 });
 
@@ -117,15 +118,7 @@ const composer = new Composer({
   onStop: stopCurrent,
 });
 
-const contextView = new ContextView({
-  list: messages,
-  older,
-  meter: $("#context-meter"),
-  composer,
-  note: $("#composer-limit"),
-  currentId: () => conversations.currentId,
-  announce,
-});
+const contextView = new ContextView({ list: messages, older, composer, announce, currentId: () => conversations.currentId });
 
 const replies = new Replies({
   list: messages,
@@ -135,8 +128,10 @@ const replies = new Replies({
   onStarted(id, content) {
     conversations.touch(id, content);
     contextView.refresh(id); // where its window begins
+    if (id === conversations.currentId) archivedNote.show(null); // a new turn unarchives it
   },
   onLive: showLive,
+  onStale: (id) => id === conversations.currentId && openConversation(id),
   onEnded: (id, state) => contextView.replyEnded(id, state),
 });
 
@@ -148,6 +143,8 @@ const { sync, push } = hearOtherTabs({
   replies,
   reload: (id) => openConversation(id),
   onGone: (c) => conversations.onDeleted(c),
+  shownLeaf: () => messages.lastShownId(),
+  onSignedOut: signedOut,
 });
 
 const account = new AccountDialog({
@@ -218,11 +215,14 @@ function showLive() {
   conversations.markStreaming();
 }
 
-function setTitle(text) {
-  title.textContent = text;
-  title.title = text; // the whole title on hover, where it is cut short
-  document.title = `${text} · StreamChat`;
-}
+const archivedNote = new ArchivedNote({
+  note: $("#archived-note"),
+  button: $("#unarchive"),
+  current: () => conversations.currentId,
+  onFresh: (c) => conversations.filed(c),
+  announce,
+  onDone: () => composer.focus(),
+});
 
 // ---------------------------------------------------------------------------------------------
 // Sending and stopping
@@ -256,6 +256,7 @@ function showNoConversation() {
   history.replaceState(null, "", location.pathname + location.search);
   exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
+  archivedNote.show(null);
   messages.show();
   older.reset(null, [], 0);
   contextView.clear();
@@ -288,6 +289,7 @@ function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
   if (conv && data.title) conv.title = data.title;
   if (data.title) setTitle(data.title); // (not listed yet: an old one, opened by its address)
+  archivedNote.show(data);
   const rows = data.messages || [];
   const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
@@ -305,14 +307,14 @@ async function openConversation(id, { fresh = false } = {}) {
   const conv = conversations.find(id);
   exportMenu.show(id);
   setTitle(conversationTitle(conv));
+  archivedNote.show(conv);
   conversations.render();
   showLive();
   composer.showError("");
   if (fresh) {
     messages.show();
     older.reset(id, [], 0);
-    contextView.clear();
-    contextView.refresh(id);
+    contextView.refresh(id, { clear: true });
     return;
   }
   let data;

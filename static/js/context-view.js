@@ -12,7 +12,7 @@
  */
 
 import { api, enc } from "./api.js";
-import { h } from "./dom.js";
+import { $, h } from "./dom.js";
 import { dividerBefore, latestReply, messageFits, meterReading, storedUse } from "./context-window.js";
 
 const DIVIDER = "Earlier messages are outside the model's memory";
@@ -28,7 +28,7 @@ export class ContextView {
    * @param currentId  () => the conversation on screen
    * @param announce   reads a short status out to screen readers
    */
-  constructor({ list, older, meter, composer, note, currentId, announce }) {
+  constructor({ list, older, composer, currentId, announce, meter = $("#context-meter"), note = $("#composer-limit") }) {
     Object.assign(this, { list, older, meter, composer, note, currentId, announce });
     this.divider = h(
       "div",
@@ -41,6 +41,9 @@ export class ContextView {
     this.limits = null;
     this.clear();
     composer.input.addEventListener("input", () => this.checkDraft());
+    // Messages drawn or redrawn (a load, older ones as the reader scrolls up, a send, an edit):
+    // the window's start may have just been drawn, or the divider dropped with the old messages.
+    new MutationObserver(() => this.placeDivider()).observe(list.el, { childList: true });
   }
 
   /** No conversation on screen, or a fresh one: no window, nothing used. The limits of the last
@@ -61,8 +64,9 @@ export class ContextView {
   }
 
   /** The newest of `conversationId` again (a reply just started: where its window begins is
-   * stored; a fresh conversation: its limits). */
-  async refresh(conversationId) {
+   * stored; a fresh conversation, `clear`: its limits). */
+  async refresh(conversationId, { clear = false } = {}) {
+    if (clear) this.clear();
     let data;
     try {
       data = await api.get(`/api/conversations/${enc(conversationId)}?limit=2`);
