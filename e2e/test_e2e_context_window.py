@@ -8,8 +8,9 @@
   final frame's count, then the stored one after a reload), as a labelled `role=meter`.
 - In a long conversation whose window starts among messages not drawn yet (the page draws the
   newest first), no divider is drawn until scrolling up draws that message.
-- A message too long for the model: the composer says so before sending and Send waits; one the
-  page's lower-bound estimate lets through is refused by the server, whose 400 the composer shows.
+- A message too long for the model: the composer says so before sending and Send waits (the limit
+  follows the chat's settings); one the page's lower-bound estimate lets through is refused by the
+  server, whose 400 the composer shows.
 - axe finds nothing serious with the divider, the meter and the too-long note, in both themes.
 """
 
@@ -214,6 +215,20 @@ def test_a_message_too_long_is_said_before_sending_and_the_servers_refusal_shown
     chat.composer.fill("word " * (limit // 2))
     expect(note).to_be_hidden()
     expect(chat.send_button).to_be_enabled()
+
+    # A longer reply length in the chat's settings leaves less room: the same draft is now over.
+    page.get_by_test_id("open-settings").click()
+    page.get_by_test_id("set-max_tokens").fill(str(CONTEXT - limit // 3))
+    page.get_by_test_id("settings-save").click()
+    expect(note).to_be_visible()
+    expect(chat.send_button).to_be_disabled()
+    page.get_by_test_id("open-settings").click()
+    reply_length = page.get_by_test_id("set-max_tokens")
+    expect(reply_length).to_have_value(str(CONTEXT - limit // 3))  # the chat's, loaded
+    reply_length.fill(str(REPLY))
+    page.get_by_test_id("settings-save").click()
+    expect(note).to_be_hidden()
+    chat.composer.focus()
 
     # Numbers the estimate counts 3 digits a token (SmolLM2 spends one per digit): the page lets
     # them go, the server refuses them naming the limit, and they come back into the composer.

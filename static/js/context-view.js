@@ -23,7 +23,7 @@ export class ContextView {
    * @param list       the MessageList (its `el`)
    * @param older      the OlderMessages (`remaining`: messages of the branch not drawn yet)
    * @param meter      the meter's box (#context-meter): its bar and its text inside
-   * @param composer   the Composer (its `input`, `send`; `setLimit` holds Send while over)
+   * @param composer   the Composer (its `input`, `send`; `setTooLong` holds Send while over)
    * @param note       the line that says why Send waits (#composer-limit)
    * @param currentId  () => the conversation on screen
    * @param announce   reads a short status out to screen readers
@@ -44,6 +44,8 @@ export class ContextView {
     // Messages drawn or redrawn (a load, older ones as the reader scrolls up, a send, an edit):
     // the window's start may have just been drawn, or the divider dropped with the old messages.
     new MutationObserver(() => this.placeDivider()).observe(list.el, { childList: true });
+    // The chat's settings (its reply length, its system prompt) change the longest message.
+    $("#settings-dialog")?.addEventListener("close", () => this.currentId() && this.refresh(this.currentId()));
   }
 
   /** No conversation on screen, or a fresh one: no window, nothing used. The limits of the last
