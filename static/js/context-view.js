@@ -76,16 +76,19 @@ export class ContextView {
       return; // the next load says it
     }
     if (conversationId !== this.currentId()) return;
-    const reply = latestReply(data.messages || []);
+    const rows = data.messages || [];
+    const reply = latestReply(rows);
     if (reply) this.startId = reply.window_start_id ?? null;
     this.limits = data.context ?? this.limits;
-    if (!reply) this.used = 0;
+    this.used = reply ? (storedUse(rows) ?? this.used) : 0; // a reply still running: as it was
     this.draw();
   }
 
-  /** A reply ended: the context it used, by the server's count (its final frame). */
+  /** A reply ended: the context it used, by the server's count (its final frame; one replayed
+   * from the database may not say: then its stored counts). */
   replyEnded(conversationId, state) {
-    if (conversationId !== this.currentId() || state.contextTokens == null) return;
+    if (conversationId !== this.currentId()) return;
+    if (!state.contextTokens) return void this.refresh(conversationId);
     this.used = state.contextTokens;
     if (state.contextSize) this.limits = { ...this.limits, context_size: state.contextSize };
     this.draw();
