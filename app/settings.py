@@ -70,7 +70,9 @@ class EngineSettings:
     # a GGUF (llamacpp), a model dir/name (trtllm) or the upstreams' model name (openai; None:
     # the first of GET /v1/models); None: SmolLM2
     model_path: str | None = env("MODEL_PATH", None)
-    context_size: int = env("ENGINE_CONTEXT", 2048)  # tokens one sequence may hold: prompt + reply
+    # Tokens one sequence may hold, prompt + reply; 0: the model's trained context (GGUF
+    # n_ctx_train; TensorRT-LLM: the model config, as its KV cache allows), capped by the KV pool
+    context_size: int = env("ENGINE_CONTEXT", 0)
     # Sequences decoding at once; the rest wait (fairly across users). On llama.cpp the KV pool
     # bounds admission first (a request enters once its whole reply fits); ids are cheap.
     max_seqs: int = env("ENGINE_MAX_SEQS", 64)

@@ -178,6 +178,17 @@ class Engine(Protocol):
     @property
     def context_size(self) -> int: ...
 
+    def count_tokens(self, message: Mapping[str, str]) -> int:
+        """Tokens one chat message takes in a prompt, its template's framing included: what the
+        layers above fit a conversation's history to the context with (and store with the
+        message, so it is counted once). An estimate may run high, not much low; `generate`'s own
+        check of the whole prompt stays the last word. Call once the engine has started."""
+
+    @property
+    def prompt_overhead(self) -> int:
+        """Tokens a prompt holds beyond its messages' counts (a BOS, a default system prompt its
+        template adds, the reply's opener): an upper bound."""
+
     async def start(self) -> None:
         """Load the model and start the loop; returns when the engine can serve."""
 

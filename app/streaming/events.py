@@ -67,6 +67,7 @@ class Final:
     # False: the reply has ended (this is its whole text and true end state) but the database
     # has not taken it yet; the server keeps retrying (see app/streaming/saving.py).
     saved: bool = True
+    context_size: int | None = None  # the engine's context (None: replayed from the database)
     stopped_by: str | None = None  # a `cancelled` reply's CancelCause value: who stopped it
 
 

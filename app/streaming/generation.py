@@ -96,6 +96,7 @@ class Generation:
         self.model = model
         self.grace_s = grace_s
         self.final_wait_s = final_wait_s  # the longest a `final` waits for the save
+        self.context_size: int | None = None  # the engine's, for the final event
         self.created_at = time.time()
         self.status = Status.STREAMING
         self.outcome: Outcome | None = None
@@ -169,7 +170,7 @@ class Generation:
 
     def final_event(self) -> Final:
         assert self.outcome is not None
-        return final_from_outcome(self.outcome, saved=self.done)
+        return final_from_outcome(self.outcome, saved=self.done, context_size=self.context_size)
 
     # -- subscribers --------------------------------------------------------------------------
 
@@ -334,8 +335,11 @@ class Generation:
         )
 
 
-def final_from_outcome(outcome: Outcome, *, saved: bool = True) -> Final:
-    """The final event, whether the reply is in memory or only in the database."""
+def final_from_outcome(
+    outcome: Outcome, *, saved: bool = True, context_size: int | None = None
+) -> Final:
+    """The final event, whether the reply is in memory or only in the database (`context_size`:
+    the engine's, when known)."""
     return Final(
         id=len(outcome.text),
         status=outcome.status,
@@ -353,5 +357,6 @@ def final_from_outcome(outcome: Outcome, *, saved: bool = True) -> Final:
         },
         error=outcome.error,
         saved=saved,
+        context_size=context_size,
         stopped_by=outcome.stopped_by,
     )

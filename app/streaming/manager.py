@@ -160,6 +160,7 @@ class GenerationManager:
             grace_s=request.grace_s,
             final_wait_s=self.final_wait_s,
         )
+        generation.context_size = self.engine.context_size
         self._run(generation, stream)
         return generation
 

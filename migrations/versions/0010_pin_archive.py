@@ -1,7 +1,7 @@
 """Conversations can be pinned (first in the list) and archived (out of it, kept).
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-12-02
 
 Two nullable timestamps on `conversations`, NULL for every existing row (neither pinned nor
@@ -15,7 +15,7 @@ from advanced_alchemy.types import DateTimeUTC
 from alembic import op
 
 revision: str = "0010"
-down_revision: str | None = "0008"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

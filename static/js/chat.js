@@ -4,7 +4,8 @@
  * composer whose Send turns into Stop while a reply streams (composer.js), the replies themselves
  * (replies.js over stream.js and a transport, SSE or WebSocket, as the toggle says), the thread's
  * views and versions (thread.js, branches.js), the push channel from the user's other tabs
- * (push.js, tab-sync.js), search, export and ratings, the settings panel and the account dialog.
+ * (push.js, tab-sync.js), search, export and ratings, the settings panel and the account dialog,
+ * and what the model sees of it (context-view.js: the window's divider, the context meter).
  *
  * This module holds which conversation is open and loads it; the components do the rest. Model
  * and user text only ever reach the page as text nodes (markdown.js builds elements from an
@@ -15,11 +16,13 @@ import { api, ApiError, enc } from "./api.js";
 import { AccountDialog } from "./account.js";
 import { ArchivedNote } from "./archived-note.js";
 import { Composer } from "./composer.js";
+import { ContextView } from "./context-view.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
 import { findAndKeep } from "./find-and-keep.js";
 import { MessageList } from "./message-list.js";
 import { OlderMessages, RENDER_STEP } from "./older-messages.js";
+import { setTitle } from "./page-title.js";
 import { watchConnectivity } from "./net-status.js";
 import { loadRatings } from "./rating.js";
 import { watchQuota } from "./quota.js";
@@ -36,7 +39,6 @@ import { SseTransport } from "./transport-sse.js";
 import { WsTransport } from "./transport-ws.js";
 
 const root = $("#app");
-const title = $("#conv-title");
 const announce = announcer($("#sr-status"));
 watchQuota($("#composer-quota"));
 let loadSeq = 0; // a conversation load that a later one overtook is dropped
@@ -116,6 +118,8 @@ const composer = new Composer({
   onStop: stopCurrent,
 });
 
+const contextView = new ContextView({ list: messages, older, composer, announce, currentId: () => conversations.currentId });
+
 const replies = new Replies({
   list: messages,
   composer,
@@ -123,10 +127,12 @@ const replies = new Replies({
   announce,
   onStarted(id, content) {
     conversations.touch(id, content);
+    contextView.refresh(id); // where its window begins
     if (id === conversations.currentId) archivedNote.show(null); // a new turn unarchives it
   },
   onLive: showLive,
   onStale: (id) => id === conversations.currentId && openConversation(id),
+  onEnded: (id, state) => contextView.replyEnded(id, state),
 });
 
 // The user's other tabs and devices: their events over the page's one push channel.
@@ -218,12 +224,6 @@ const archivedNote = new ArchivedNote({
   onDone: () => composer.focus(),
 });
 
-function setTitle(text) {
-  title.textContent = text;
-  title.title = text; // the whole title on hover, where it is cut short
-  document.title = `${text} · StreamChat`;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Sending and stopping
 
@@ -259,6 +259,7 @@ function showNoConversation() {
   archivedNote.show(null);
   messages.show();
   older.reset(null, [], 0);
+  contextView.clear();
   conversations.render();
   showLive();
 }
@@ -294,6 +295,7 @@ function showMessages(id, data, { atLeast = 0 } = {}) {
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
   messages.show(nodes);
   older.reset(id, rows.slice(0, split), data.earlier || 0, rows[split]?.id);
+  contextView.show(data);
   return toResume;
 }
 
@@ -312,6 +314,7 @@ async function openConversation(id, { fresh = false } = {}) {
   if (fresh) {
     messages.show();
     older.reset(id, [], 0);
+    contextView.refresh(id, { clear: true });
     return;
   }
   let data;

@@ -2,8 +2,9 @@
  * The composer: a text box that grows with its text, Enter to send (Shift+Enter for a new line),
  * and one button that is Send, or Stop while the open conversation's reply streams (as chat apps
  * do: one reply at a time). Enter while a reply streams says so instead of doing nothing, and the
- * draft stays. Its error line says why a message was not sent. What sending and stopping do is
- * the page's (hooks).
+ * draft stays. Its error line says why a message was not sent. Send waits while the draft is too
+ * long for the model (`setTooLong`, from context-view.js, which says why beside it). What sending
+ * and stopping do is the page's (hooks).
  */
 
 const BUSY = "A reply is still being written: stop it (Stop or Esc) or wait for it to finish, then send.";
@@ -32,7 +33,7 @@ export class Composer {
         return;
       }
       const content = input.value;
-      if (!content.trim()) {
+      if (!content.trim() || this.tooLong) {
         input.focus();
         return;
       }
@@ -75,8 +76,15 @@ export class Composer {
     send.textContent = streaming ? "Stop" : "Send";
     send.setAttribute("aria-label", streaming ? "Stop the reply" : "Send");
     send.classList.toggle("btn-stop", streaming);
+    send.disabled = !streaming && !!this.tooLong; // Stop always works
     if (this.hint) this.hint.textContent = HINTS[streaming ? "streaming" : "idle"];
     if (!streaming && this.error.textContent === BUSY) this.showError("");
+  }
+
+  /** The draft is too long to send (or fits again): Send waits, Stop never does. */
+  setTooLong(over) {
+    this.tooLong = over;
+    this.send.disabled = over && this.send.dataset.state !== "streaming";
   }
 
   autosize() {

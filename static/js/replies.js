@@ -22,9 +22,10 @@ export class Replies {
    * @param onLive     (): a reply started or ended (Send/Stop, the list's dots)
    * @param onStale    (conversationId): a send was refused because the conversation moved on
    *                   elsewhere (409): show it as it is now
+   * @param onEnded    (conversationId, state): a reply's final event came (the context it used)
    */
-  constructor({ list, composer, transport, announce, onStarted, onLive, onStale = () => {} }) {
-    Object.assign(this, { list, composer, transport, announce, onStarted, onLive, onStale });
+  constructor({ list, composer, transport, announce, onStarted, onLive, onStale = () => {}, onEnded }) {
+    Object.assign(this, { list, composer, transport, announce, onStarted, onLive, onStale, onEnded });
     this.live = new Map(); // conversationId -> {stream, view, userView}
   }
 
@@ -113,8 +114,9 @@ export class Replies {
           composer.showError(s.error || err.message);
           announce(`Not sent: ${s.error || err.message}`);
         },
-        onFinal(s) {
+        onFinal: (s) => {
           view.finish();
+          this.onEnded?.(conversationId, s);
           if (userView && userView.reply.status === "sending") {
             userView.reply.status = s.notSent ? "failed" : "completed";
             userView.update();

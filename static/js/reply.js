@@ -47,6 +47,8 @@ export class ReplyState {
     this.error = null;
     this.gap = false; // the server skipped text we never got (should not happen)
     this.clientTtftMs = null;
+    this.contextTokens = null; // the context the reply used (its prompt + text), of contextSize
+    this.contextSize = null;
   }
 
   get done() {
@@ -89,6 +91,8 @@ export class ReplyState {
     this.stoppedBy = status === "cancelled" ? (data.stopped_by ?? null) : null;
     this.usage = data.usage ?? this.usage;
     this.timings = data.timings ?? this.timings;
+    this.contextTokens = data.context_tokens ?? this.contextTokens;
+    this.contextSize = data.context_size ?? this.contextSize;
     this.error = data.error ?? (status === "failed" ? "The reply failed." : null);
   }
 

@@ -206,3 +206,20 @@ async def test_contract_shutdown_cancels_open_streams_and_refuses_new_ones(engin
     assert engine.stats().running == 0
     with pytest.raises(EngineUnavailableError):
         engine.generate("late", LONG, GREEDY)
+
+
+CHAT = [
+    {"role": "system", "content": "You are brief."},
+    {"role": "user", "content": "Name three colours. [[synthetic:tokens=3]]"},
+    {"role": "assistant", "content": "Red, green and blue — «ok» 🌈."},
+    {"role": "user", "content": "And three animals, in Hebrew: שלום [[synthetic:tokens=3]]"},
+]
+
+
+async def test_contract_message_counts_bound_the_prompt(engine: Engine) -> None:
+    """`count_tokens` per message plus `prompt_overhead` is what the page fits a history with:
+    never below the prompt the engine really builds, and (with a tokenizer) close to it."""
+    counted = sum(engine.count_tokens(m) for m in CHAT) + engine.prompt_overhead
+    *_, fin = await collect(engine.generate("c", CHAT, SamplingParams(max_tokens=3, seed=1)))
+    assert counted >= fin.prompt_tokens > 0
+    assert counted - fin.prompt_tokens <= 96  # openai's estimate; the others within a few

@@ -860,3 +860,28 @@ async def test_shutdown_ends_every_open_request() -> None:
     with pytest.raises(EngineUnavailableError):
         eng.generate("late", chat("hi"), GREEDY)
     await eng.shutdown()  # idempotent
+
+
+@module_loop
+@pytest.mark.parametrize(("kv_cells", "expected"), [(16384, 8192), (2048, 2047)])
+async def test_the_default_context_is_the_models_trained_one_within_the_kv_pool(
+    kv_cells: int, expected: int
+) -> None:
+    """ENGINE_CONTEXT 0 (the default): the GGUF's n_ctx_train (SmolLM2: 8192), capped by the KV
+    pool (less the pad token's cell). A message's count is its exact share of the ChatML prompt,
+    and the counts plus the overhead are the prompt's length (SmolLM2's template adds its default
+    system prompt when there is none: part of the overhead)."""
+    eng = LlamaCppEngine(EngineSettings(max_seqs=2, kv_cells=kv_cells, threads=2))
+    await eng.start()
+    try:
+        assert eng.context_size == expected
+        messages = [
+            {"role": "user", "content": "Hello there, how are you?"},
+            {"role": "assistant", "content": "Fine, thanks! 🌈"},
+            {"role": "user", "content": "Good."},
+        ]
+        *_, fin = await collect(eng.generate("c", messages, SamplingParams(max_tokens=1)))
+        counted = sum(eng.count_tokens(m) for m in messages)
+        assert counted + eng.prompt_overhead == fin.prompt_tokens
+    finally:
+        await eng.shutdown()

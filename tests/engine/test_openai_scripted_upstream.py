@@ -136,7 +136,9 @@ async def test_stop_strings_hold_even_when_the_upstream_ignores_them(scripted: S
     assert shown == "Hell" and fin.reason is FinishReason.STOP
     assert "o, w" not in "".join(d.text for d in deltas)
     assert upstream.bodies[0]["stop"] == ["o, w", "zzz"]  # asked for, not relied on
-    assert engine.context_size == 2048  # ENGINE_CONTEXT, under the upstream's max_model_len
+    assert (
+        engine.context_size == 4096
+    )  # ENGINE_CONTEXT 0 (the default): the upstream's max_model_len
 
 
 async def test_without_usage_the_tokens_are_counted_and_an_unknown_end_is_an_error(

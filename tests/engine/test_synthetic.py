@@ -20,13 +20,14 @@ from app.engine.base import (
     SamplingParams,
     TextDelta,
 )
-from app.engine.synthetic.engine import SyntheticEngine
+from app.engine.synthetic.engine import SYNTHETIC_CONTEXT, SyntheticEngine
 from app.engine.synthetic.text import prompt_token_count, render_prompt
 from app.settings import EngineSettings
 from tests.engine.streams import collect
 
 FAST = EngineSettings(
     kind="synthetic",
+    context_size=2048,
     synthetic_step_ms=1.0,
     synthetic_per_seq_ms=0.0,
     synthetic_prefill_ms_per_token=0.0,
@@ -172,6 +173,13 @@ async def test_markers_only_count_in_the_last_user_message(engine: SyntheticEngi
     ]
     _, _, fin = await collect(engine.generate("r", history, SamplingParams()))
     assert (fin.reason, fin.completion_tokens) == (FinishReason.STOP, 3)
+
+
+def test_the_default_context_is_the_models_capped_by_the_kv_pool() -> None:
+    """ENGINE_CONTEXT 0 (the default): SYNTHETIC_CONTEXT, as if the model were trained on it."""
+    assert SyntheticEngine(EngineSettings(kind="synthetic")).context_size == SYNTHETIC_CONTEXT
+    small = EngineSettings(kind="synthetic", kv_cells=1000)
+    assert SyntheticEngine(small).context_size == 1000
 
 
 async def test_bad_input_is_refused_eagerly(engine: SyntheticEngine) -> None:

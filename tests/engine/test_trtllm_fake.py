@@ -692,6 +692,25 @@ async def test_trtllm_adapter_against_fake_reads_the_models_positions(
         await eng.shutdown()
 
 
+async def test_trtllm_default_context_is_the_models_and_messages_are_counted(
+    fake_trt: type[fake.LLM],
+) -> None:
+    """ENGINE_CONTEXT 0 (the default): no max_seq_len asked; TensorRT-LLM takes the model
+    config's positions, and the adapter reads them back. `count_tokens` is the message's share of
+    the ChatML prompt (the fake's tokenizer: a token per character)."""
+    fake_trt.model_positions = 4096
+    eng = TrtLlmEngine(replace(SETTINGS, context_size=0))
+    await eng.start()
+    try:
+        assert "max_seq_len" not in the_llm().kwargs
+        assert eng.context_size == 4096
+        message = {"role": "user", "content": "hello"}
+        assert eng.count_tokens(message) == len("<|im_start|>user\nhello<|im_end|>\n")
+        assert eng.prompt_overhead == len("<|im_start|>assistant\n")
+    finally:
+        await eng.shutdown()
+
+
 @pytest.mark.parametrize("chunked_prefill_field", [True, False])
 async def test_trtllm_adapter_against_fake_prompts_over_max_num_tokens(
     fake_trt: type[fake.LLM], chunked_prefill_field: bool

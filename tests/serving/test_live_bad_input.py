@@ -34,7 +34,8 @@ from tests.live_server import (
 )
 
 MAX_MESSAGE_CHARS = 16000  # the default
-OVER_CONTEXT = "7 " * 7000  # 14000 characters: well under the size limit, far over 2048 tokens
+# Under the size limit, over the 8,192 tokens SmolLM2 sees (a token or more per character)
+OVER_CONTEXT = "猫" * 12000
 DEEP = 100_000
 DEEPLY_NESTED = b'{"content": "Hello!", "stop": ' + b"[" * DEEP + b"]" * DEEP + b"}"
 

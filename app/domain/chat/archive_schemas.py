@@ -5,7 +5,8 @@ The export is the rows as they are: every message of the conversation, every ver
 included (edited questions, regenerated replies), each with its end state and timings. Version 2
 keeps the tree (app/domain/chat/tree.py): each message's `id` and the `parent_id` it follows, and
 the conversation's `current_leaf_id`, the end of the branch shown. Version 1 (before branches) was
-one line, regenerated replies marked `replaced_at`; import still reads it. Both are read back
+one line, regenerated replies marked `replaced_at`; import still reads it. A reply's
+`window_start_id` says what the model saw of the history for it (app/domain/chat/context_window.py). Both are read back
 strictly (`forbid_unknown_fields`, time zones required, bounded sizes, the tag `version` picking
 the shape): a file that is not exactly an export is refused, saying where.
 """
@@ -59,6 +60,9 @@ class _MessageFields(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class ExportedMessage(_MessageFields, kw_only=True):
     id: UUID  # as the exporting server knew it: what `parent_id` and `current_leaf_id` refer to
     parent_id: UUID | None = None  # the message it follows; none for a first question
+    # A reply's context window: the first message its prompt held (none: from the start). Token
+    # counts are not exported: they are the exporting model's; the importer's engine counts anew.
+    window_start_id: UUID | None = None
 
 
 class ExportedMessageV1(_MessageFields, kw_only=True):

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
+from app.domain.chat.context_window import Fitted
 from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.models import Conversation, Message
 from app.domain.chat.reply_rows import (
@@ -29,6 +30,7 @@ from app.domain.chat.reply_rows import (
     take_conversation,
     turn_rows,
 )
+from app.domain.chat.token_counts import store_counts
 from app.domain.chat.tree import Tree
 from app.domain.errors import DomainError
 from app.streaming.events import Status
@@ -151,16 +153,20 @@ async def add_sibling_reply(
     *,
     engine_request_id: str | None = None,
     replica_id: str | None = None,
+    window: Fitted | None = None,
 ) -> Message:
-    """A new `streaming` answer to `reply`'s question, next to it, shown from now on.
+    """A new `streaming` answer to `reply`'s question, next to it, shown from now on; `window`:
+    its prompt's fitting (where its window begins, counts to keep).
 
     Checked again inside the transaction: the reply must have ended and have nothing after it
     (NotRegenerableError). Two regenerations of one reply at once make two versions."""
     now = utcnow()
     successor = new_reply(reply.conversation_id, model, engine_request_id, replica_id, now)
     successor.id, successor.parent_id = uuid4(), reply.parent_id
+    successor.window_start_id = window.window_start_id if window else None
     async with transaction(sessions) as session:
         await take_conversation(session, reply.conversation_id, now, successor.id)
+        await store_counts(session, window.counted if window else {})
         if await session.scalar(select(Message.id).where(Message.parent_id == reply.id).limit(1)):
             raise NotRegenerableError("only the latest reply can be regenerated")
         if await session.scalar(select(Message.status).where(Message.id == reply.id)) in (
@@ -180,8 +186,10 @@ async def add_edited_turn(
     *,
     engine_request_id: str | None = None,
     replica_id: str | None = None,
+    window: Fitted | None = None,
 ) -> tuple[Message, Message]:
-    """The edited question, next to `edited`, and its `streaming` reply, shown from now on."""
+    """The edited question, next to `edited`, and its `streaming` reply, shown from now on;
+    `window`: the prompt's fitting (the question's id and count, the reply's window)."""
     now = utcnow()
     question, reply = turn_rows(
         edited.conversation_id,
@@ -191,8 +199,10 @@ async def add_edited_turn(
         engine_request_id=engine_request_id,
         replica_id=replica_id,
         now=now,
+        window=window,
     )
     async with transaction(sessions) as session:
         await take_conversation(session, edited.conversation_id, now, reply.id)
+        await store_counts(session, window.counted if window else {})
         session.add_all([question, reply])
     return question, reply

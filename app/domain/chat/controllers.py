@@ -30,7 +30,7 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
-from app.domain.chat import branches, conversations, reply_rows
+from app.domain.chat import branches, conversations, fitting, reply_rows
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService, TooManyRepliesError
 from app.domain.chat.reply_frames import page_sse
@@ -154,6 +154,7 @@ class ConversationController(Controller):
     async def read(
         self,
         sessions: NamedDependency[Sessions],
+        replies: NamedDependency[ReplyService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
         before: Annotated[UUID | None, QueryParameter()] = None,
@@ -162,14 +163,18 @@ class ConversationController(Controller):
         """The conversation with the newest `limit` messages of the branch shown (oldest first),
         or the `limit` before the message `before`; `earlier` counts the messages before them.
         A huge conversation thus arrives, and is drawn, a page at a time (409: `before` is not on
-        the branch shown any more)."""
+        the branch shown any more). `context`: what the next message may hold."""
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
-        return ConversationWithMessages.of_thread(thread, thread.page(before, limit))
+        shown = ConversationWithMessages.of_thread(thread, thread.page(before, limit))
+        engine, limits = replies.manager.engine, replies.limits
+        shown.context = await fitting.context_limits(sessions, engine, limits, conversation_id)
+        return shown
 
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(
         self,
         conversation_service: NamedDependency[ConversationService],
+        replies: NamedDependency[ReplyService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
         data: JSONBody[ShowBranch],
@@ -178,7 +183,12 @@ class ConversationController(Controller):
         conversation as it reads now. The next turn follows it; the user's other pages showing
         the conversation hear of it (push event `branch_shown`) and re-render it."""
         thread = await conversation_service.show_branch(user.id, conversation_id, data.message_id)
-        return ConversationWithMessages.of_thread(thread)
+        shown = ConversationWithMessages.of_thread(thread)
+        engine, limits = replies.manager.engine, replies.limits
+        shown.context = await fitting.context_limits(
+            replies.sessions, engine, limits, conversation_id
+        )
+        return shown
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
     async def change(

@@ -110,6 +110,7 @@ def to_export(conversation: Conversation, messages: list[Message]) -> Conversati
             ExportedMessage(
                 id=m.id,
                 parent_id=m.parent_id,
+                window_start_id=m.window_start_id,
                 role=m.role,
                 content=m.content,
                 status=m.status,

@@ -191,6 +191,8 @@ async def import_conversation(
                     **msgspec.structs.asdict(m),
                     "id": new_ids[m.id],
                     "parent_id": new_ids[m.parent_id] if m.parent_id is not None else None,
+                    # a window start not in the file: from the start
+                    "window_start_id": new_ids.get(m.window_start_id),  # type: ignore[arg-type]
                 },
             )
             for m in ordered  # parents first: each row's foreign key finds its parent

@@ -102,6 +102,11 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
 
     prompt_tokens: Mapped[int | None] = mapped_column(default=None)
     completion_tokens: Mapped[int | None] = mapped_column(default=None)
+    # Tokens this message takes in a prompt (its template framing included), counted once by the
+    # engine (app/domain/chat/context_window.py); None until counted.
+    token_count: Mapped[int | None] = mapped_column(default=None)
+    # A reply's window: the first history message its prompt held (None: from the start).
+    window_start_id: Mapped[UUID | None] = mapped_column(default=None)
 
     queued_at: Mapped[datetime | None] = mapped_column(default=None)
     first_token_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -13,6 +13,7 @@ from app.db.session import Sessions, transaction
 from app.domain.accounts.models import User
 from app.domain.chat.branches import NotEditableError, branch_to, load_tree
 from app.domain.chat.chat_settings import NO_SETTINGS, as_settings
+from app.domain.chat.context_window import Said
 from app.domain.chat.conversations import DEFAULT_TITLE, ConversationNotFoundError
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
 from app.domain.chat.reply_rows import NotRegenerableError
@@ -23,14 +24,37 @@ from app.domain.errors import NotLoggedInError
 from app.streaming.events import Status
 
 
+def _in_prompt(m: Message) -> bool:
+    """Replies still streaming or that ended with no text at all are left out of prompts (a
+    cut-short reply keeps the part the user saw)."""
+    return m.status is not Status.STREAMING and bool(
+        m.content or m.role is not MessageRole.ASSISTANT
+    )
+
+
 def _as_chat(path: list[Message]) -> list[dict[str, str]]:
-    """A branch as chat messages; replies still streaming or that ended with no text at all are
-    left out (a cut-short reply keeps the part the user saw)."""
-    return [
-        {"role": str(m.role), "content": m.content}
-        for m in path
-        if m.status is not Status.STREAMING and (m.content or m.role is not MessageRole.ASSISTANT)
-    ]
+    """A branch as chat messages (`_in_prompt`'s)."""
+    return [{"role": str(m.role), "content": m.content} for m in path if _in_prompt(m)]
+
+
+def as_said(path: list[Message]) -> list[Said]:
+    """A branch as the context window fits it (`_in_prompt`'s, with their stored counts)."""
+    return [Said(m.id, str(m.role), m.content, m.token_count) for m in path if _in_prompt(m)]
+
+
+def previous_window(path: list[Message]) -> UUID | None:
+    """Where the branch's last reply's window began (None: from the start, or no reply yet)."""
+    reply = next((m for m in reversed(path) if m.role is MessageRole.ASSISTANT), None)
+    return None if reply is None else reply.window_start_id
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """What a reply's prompt is fitted from (app/domain/chat/context_window.py)."""
+
+    history: list[Said]  # the branch before the question, oldest first
+    question: Said  # the question (stored, or about to be)
+    previous_start: UUID | None  # where the previous reply's window began
 
 
 def with_system_prompt(system_prompt: str, messages: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -80,6 +104,13 @@ class NextTurn:
     settings: ChatSettings  # the conversation's (none chosen: all defaults)
     history: list[dict[str, str]]  # the branch on screen as chat messages, oldest first
     parent_id: UUID | None  # the branch's last message (None: the conversation is empty)
+    said: list[Said]  # the same branch, as the context window fits it
+    previous_start: UUID | None  # where its last reply's window began
+
+    def branch(self, content: str, question_id: UUID) -> Branch:
+        """The new turn's question after the branch on screen."""
+        question = Said(question_id, str(MessageRole.USER), content, None)
+        return Branch(self.said, question, self.previous_start)
 
     @property
     def untitled(self) -> bool:
@@ -95,8 +126,8 @@ class NextTurn:
 # settings row (if any) and its messages, one row per message (one row with NULL message columns
 # when it has none; no row at all when the user is gone). Built once, with the ids as bound
 # parameters. Plain columns, not ORM objects: nothing read here is changed or kept, and rows load
-# for less. They carry the attributes `Tree` and `_as_chat` read (id, parent_id, created_at, role,
-# status, content).
+# for less. They carry the attributes `Tree`, `_as_chat` and `as_said` read (id, parent_id,
+# created_at, role, status, content, token_count, window_start_id).
 _NEXT_TURN = (
     select(
         Conversation.title,
@@ -111,6 +142,8 @@ _NEXT_TURN = (
         Message.role,
         Message.status,
         Message.content,
+        Message.token_count,
+        Message.window_start_id,
     )
     .select_from(User)
     .outerjoin(
@@ -146,6 +179,8 @@ async def next_turn(
         settings=NO_SETTINGS if head.settings_of is None else as_settings(head),
         history=_as_chat(path),
         parent_id=path[-1].id if path else None,
+        said=as_said(path),
+        previous_start=previous_window(path),
     )
 
 
@@ -162,6 +197,15 @@ async def regeneration_prompt(
     A reply of a page conversation can be regenerated once it has ended, if nothing follows it
     on its branch (a later turn was built on it). Raises NotRegenerableError saying which.
     """
+    branch = await regeneration_branch(sessions, reply)
+    history = [{"role": s.role, "content": s.content} for s in (*branch.history, branch.question)]
+    return history, branch.question.id
+
+
+async def regeneration_branch(sessions: Sessions, reply: Message) -> Branch:
+    """What `reply` answered, to answer it again: its question and the branch before it; its
+    window start is the one to keep (the same prompt again: a prefix-cache hit). Raises
+    NotRegenerableError (see `regeneration_prompt`)."""
     tree = await _page_tree(
         sessions, reply, NotRegenerableError("only replies in the chat page can be regenerated")
     )
@@ -169,16 +213,28 @@ async def regeneration_prompt(
         raise NotRegenerableError("this reply is still streaming: stop it first")
     if not tree.is_leaf(reply):
         raise NotRegenerableError("only the latest reply can be regenerated")
-    history = _as_chat(tree.path(reply.parent_id))
-    if reply.parent_id is None or not history or history[-1]["role"] != MessageRole.USER:
+    said = as_said(tree.path(reply.parent_id))
+    if reply.parent_id is None or not said or said[-1].role != MessageRole.USER:
         raise NotRegenerableError("there is no question before this reply to answer again")
-    return history, reply.parent_id
+    return Branch(said[:-1], said[-1], reply.window_start_id)
 
 
 async def edit_prompt(sessions: Sessions, message: Message, content: str) -> list[dict[str, str]]:
     """The chat messages an edited version of the user's `message` makes: its branch up to it,
     then `content`. Raises NotEditableError for a message outside the chat page."""
+    branch = await edit_branch(sessions, message, content, message.id)
+    history = [{"role": s.role, "content": s.content} for s in branch.history]
+    return [*history, {"role": "user", "content": content}]
+
+
+async def edit_branch(
+    sessions: Sessions, message: Message, content: str, question_id: UUID
+) -> Branch:
+    """The edited question (`content`, to be stored as `question_id`) after the branch before
+    `message`. Raises NotEditableError for a message outside the chat page."""
     tree = await _page_tree(
         sessions, message, NotEditableError("only messages in the chat page can be edited")
     )
-    return [*_as_chat(tree.path(message.parent_id)), {"role": "user", "content": content}]
+    path = tree.path(message.parent_id)
+    question = Said(question_id, str(MessageRole.USER), content, None)
+    return Branch(as_said(path), question, previous_window(path))

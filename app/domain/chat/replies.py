@@ -19,15 +19,16 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Sessions, transaction
-from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
+from app.domain.chat import branches, chat_settings, conversations, fitting, prompts, reply_rows
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
+from app.domain.chat.reply_errors import NotFoundError, TooManyRepliesError
 from app.domain.chat.schemas import (
     CancelReply,
     ReplyOptions,
@@ -38,7 +39,6 @@ from app.domain.chat.schemas import (
 )
 from app.domain.errors import (
     ContextLengthExceededError,
-    DomainError,
     EngineRefusedError,
     UnavailableError,
 )
@@ -49,26 +49,6 @@ from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
 from app.streaming.poller import ReplyPoller
 from app.streaming.subscriber import live_events
-
-
-class NotFoundError(DomainError, LookupError):
-    """No such conversation or message for this user (foreign ids look exactly like missing ones)."""
-
-    status = 404
-    message = "no such message"
-
-
-class TooManyRepliesError(DomainError):
-    """The user already has as many replies streaming (or queued) here as one user may."""
-
-    status = 429
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        super().__init__(
-            f"you already have {limit} replies in progress, the most one user may have at once: "
-            f"wait for one to finish (or stop one) and send again"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +144,8 @@ class ReplyService:
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
+            branch, system_prompt = turn.branch(content, uuid4()), turn.settings.system_prompt
+            window = fitting.fit_branch(self.manager.engine, branch, system_prompt, params)
 
             async def write(request_id: str) -> ReplyRows:
                 question, reply, title = await reply_rows.write_turn(
@@ -175,6 +157,7 @@ class ReplyService:
                     engine_request_id=request_id,
                     replica_id=self.replica_id,
                     title_if_untitled=content if turn.untitled else None,
+                    window=window,
                 )
                 await session.commit()
                 if title is not None and self.push is not None:  # named by this first message
@@ -182,8 +165,8 @@ class ReplyService:
                 return _rows(reply, question.id)
 
             source = str(turn.source)
-            prompt = turn.prompt(content)
-            generation = await self._launch(user_id, source, prompt, params, write, session)
+            messages = window.messages
+            generation = await self._launch(user_id, source, messages, params, write, session)
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -260,16 +243,15 @@ class ReplyService:
 
         Same order as `send` (`_launch`): the engine accepts the prompt before any row changes.
         Raises NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or
-        EngineRefusedError before writing anything.
-        """
+        EngineRefusedError before writing anything."""
         old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
         chosen = await chat_settings.for_conversation(self.sessions, old.conversation_id)
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
-        history, question_id = await prompts.regeneration_prompt(self.sessions, old)
-        messages = prompts.with_system_prompt(chosen.system_prompt, history)
+        branch = await prompts.regeneration_branch(self.sessions, old)
+        window = fitting.fit_branch(self.manager.engine, branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             reply = await branches.add_sibling_reply(
@@ -278,25 +260,26 @@ class ReplyService:
                 self.model_name,
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
+                window=window,
             )
-            return _rows(reply, question_id)
+            return _rows(reply, window.question_id)
 
-        return await self._launch(user_id, "page", messages, params, write)
+        return await self._launch(user_id, "page", window.messages, params, write)
 
     async def _edit(
         self, user_id: UUID, message_id: UUID, content: str, options: ReplyOptions
     ) -> Generation:
-        """The edited question and its reply, in `send`'s order (`_launch`), with the
-        conversation's settings like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
-        EngineRefusedError before writing anything."""
+        """The edited question and its reply, in `send`'s order (`_launch`), with the conversation's
+        settings like any turn. Raises NotFoundError, branches.NotEditableError,
+        TooManyRepliesError or EngineRefusedError before writing anything."""
         edited = await conversations.get_message(self.sessions, user_id, message_id)
         if edited is None or edited.role is not MessageRole.USER:
             raise NotFoundError(message_id)
         chosen = await chat_settings.for_conversation(self.sessions, edited.conversation_id)
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
-        turn = await prompts.edit_prompt(self.sessions, edited, content)
-        messages = prompts.with_system_prompt(chosen.system_prompt, turn)
+        branch = await prompts.edit_branch(self.sessions, edited, content, uuid4())
+        window = fitting.fit_branch(self.manager.engine, branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             question, reply = await branches.add_edited_turn(
@@ -306,10 +289,11 @@ class ReplyService:
                 self.model_name,
                 engine_request_id=request_id,
                 replica_id=self.replica_id,
+                window=window,
             )
             return _rows(reply, question.id)
 
-        return await self._launch(user_id, "page", messages, params, write)
+        return await self._launch(user_id, "page", window.messages, params, write)
 
     async def _launch(
         self,
@@ -367,8 +351,7 @@ class ReplyService:
 
         None means "nothing to say for keepalive_s": the transport sends a heartbeat.
         A reply that is not live here is read from the database (`ReplyPoller`): a finished one replays to
-        its end; one still streaming elsewhere (another replica) is polled until it ends.
-        """
+        its end; one still streaming elsewhere (another replica) is polled until it ends."""
         if isinstance(reply, Generation):
             return live_events(reply, transport=transport, after=after, keepalive_s=keepalive_s)
         return self.elsewhere.events(
@@ -390,8 +373,7 @@ class ReplyService:
         status it has in memory (its save is then still being retried: see
         app/streaming/saving.py). Ended here but not saved yet: its end status, at once.
         Streaming on another replica: ask over the cancel channel and watch the database for its
-        end. Already finished: nothing to do.
-        """
+        end. Already finished: nothing to do."""
         if isinstance(reply, Generation):
             if reply.outcome is None:
                 reply.cancel(cause)

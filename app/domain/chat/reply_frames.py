@@ -43,6 +43,10 @@ class FinalFrame(ReplyFrame, tag="final"):
     timings: dict[str, float | None]
     error: str | None
     saved: bool
+    # The context the reply used (its prompt + reply tokens: usage's total) of the engine's
+    # context size (null: a reply replayed from the database): the page's context meter.
+    context_tokens: int
+    context_size: int | None
     # A `cancelled` reply's only: who stopped it ("user", "admin" or "signed_out").
     stopped_by: str | UnsetType = UNSET
 
@@ -78,6 +82,8 @@ def page_frame(
         event.timings,
         event.error,
         event.saved,
+        event.usage.get("total_tokens", 0),
+        event.context_size,
         UNSET if event.stopped_by is None else event.stopped_by,
     )
 

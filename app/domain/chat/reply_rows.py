@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
+from app.domain.chat.context_window import Fitted
 from app.domain.chat.conversations import (
     DEFAULT_TITLE,
     ConversationNotFoundError,
@@ -40,6 +41,7 @@ from app.domain.chat.conversations import (
     titles_like,
 )
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
+from app.domain.chat.token_counts import store_counts
 from app.domain.errors import DomainError, InvalidInputError
 from app.streaming.events import Status
 from app.streaming.generation import Outcome
@@ -225,6 +227,8 @@ _TURN_COLUMNS = (
     "engine_request_id",
     "replica_id",
     "completion_tokens",
+    "token_count",
+    "window_start_id",
     "created_at",
 )
 
@@ -272,12 +276,15 @@ def turn_rows(
     engine_request_id: str | None,
     replica_id: str | None,
     now: datetime,
+    window: Fitted | None = None,
 ) -> tuple[Message, Message]:
     """A turn's two rows, not yet added: the question following `parent_id`, and its (empty,
     `streaming`) reply stamped one microsecond later, so that ordering by `created_at` is total
-    even on a coarse clock."""
+    even on a coarse clock. `window`: the prompt's fitting (the question's id and token count,
+    where the reply's window begins)."""
     question = Message(
-        id=uuid4(),
+        id=window.question_id if window else uuid4(),
+        token_count=window.question_tokens if window else None,
         parent_id=parent_id,
         conversation_id=conversation_id,
         role=MessageRole.USER,
@@ -289,6 +296,7 @@ def turn_rows(
         conversation_id, model, engine_request_id, replica_id, now + timedelta(microseconds=1)
     )
     reply.id, reply.parent_id = uuid4(), question.id
+    reply.window_start_id = window.window_start_id if window else None
     return question, reply
 
 
@@ -302,6 +310,7 @@ async def write_turn(
     engine_request_id: str | None = None,
     replica_id: str | None = None,
     title_if_untitled: str | None = None,
+    window: Fitted | None = None,
 ) -> Turn:
     """A page turn's rows in the caller's transaction (which commits them): the question follows
     `parent_id` (the end of the branch its prompt was built on; None: a first question), the
@@ -323,8 +332,10 @@ async def write_turn(
         engine_request_id=engine_request_id,
         replica_id=replica_id,
         now=now,
+        window=window,
     )
     await take_conversation(session, conversation_id, now, reply.id)
+    await store_counts(session, window.counted if window else {})
     title = None
     if title_if_untitled:
         title = await _name_new_chat(session, conversation_id, title_if_untitled)

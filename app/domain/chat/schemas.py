@@ -133,6 +133,10 @@ class MessageResponse(msgspec.Struct):
     cancel_token_index: int | None
     tokens_after_cancel: int | None
     parent_id: str | None  # the message this one follows (app/domain/chat/tree.py)
+    # A reply's context window (app/domain/chat/context_window.py): the first message of the
+    # branch its prompt held (null: from the start; the question itself: no earlier message).
+    window_start_id: str | None
+    token_count: int | None  # tokens it takes in a prompt (null: not counted yet)
     stopped_by: str | None  # a `cancelled` reply's: "user", "admin" or "signed_out"
 
     @classmethod
@@ -156,6 +160,8 @@ class MessageResponse(msgspec.Struct):
             cancel_token_index=m.cancel_token_index,
             tokens_after_cancel=m.tokens_after_cancel,
             parent_id=str(m.parent_id) if m.parent_id else None,
+            window_start_id=str(m.window_start_id) if m.window_start_id else None,
+            token_count=m.token_count,
             stopped_by=m.stopped_by,
         )
 
@@ -167,9 +173,19 @@ class ThreadMessageResponse(MessageResponse):
     siblings: list[str]
 
 
+class ContextLimits(msgspec.Struct):
+    """What the model takes for this conversation's next turn: the composer checks a message
+    against `max_message_tokens` before sending (the server refuses a longer one with a 400)."""
+
+    context_size: int  # tokens the model sees at once: prompt + reply
+    reply_tokens: int  # of those, kept for the reply (its max_tokens)
+    max_message_tokens: int  # the longest new message that fits (older turns make way for it)
+
+
 class ConversationWithMessages(ConversationResponse):
     messages: list[ThreadMessageResponse]  # the branch shown (or a page of it), oldest first
     earlier: int = 0  # how many messages of the branch come before these (0: none)
+    context: ContextLimits | None = None  # null: the engine is not running
 
     @classmethod
     def of_thread(

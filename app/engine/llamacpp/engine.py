@@ -17,8 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
-from app.engine.base import ChatMessages, EngineError, EngineStats, SamplingParams
+from app.engine.base import (
+    ChatMessages,
+    EngineError,
+    EngineStats,
+    EngineUnavailableError,
+    SamplingParams,
+)
 from app.engine.chat_template import ChatTemplate
 from app.engine.detokenizer import IncrementalDetokenizer
 from app.engine.llamacpp.loop import StepLoop
@@ -28,6 +35,7 @@ from app.engine.llamacpp.prefix_cache import common_prefix_len
 from app.engine.llamacpp.scheduler import Scheduler, Sequence
 from app.engine.llamacpp.step_clock import StepClock
 from app.engine.requests import TableEngine, reply_room
+from app.engine.token_counting import MessageCounter
 from app.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -46,9 +54,10 @@ class LlamaCppEngine(TableEngine[Sequence]):
         self._flash_attn = flash_attn
         self._model_path = resolve_model_path(settings.model_path)
         self._model_name = self._model_path.name.removesuffix(".gguf")
-        self._context_size = settings.context_size
+        self._context_size = settings.context_size or settings.kv_cells  # until the GGUF says
         self._native: NativeModel | None = None
         self._template: ChatTemplate | None = None
+        self._counter: MessageCounter | None = None
         self._sched = Scheduler(
             max_seqs=settings.max_seqs,
             kv_cells=settings.kv_cells,
@@ -71,6 +80,15 @@ class LlamaCppEngine(TableEngine[Sequence]):
     @property
     def context_size(self) -> int:
         return self._context_size
+
+    def count_tokens(self, message: Mapping[str, str]) -> int:
+        if self._counter is None:
+            raise EngineUnavailableError("the llama.cpp engine is not running")
+        return self._counter.count(message)
+
+    @property
+    def prompt_overhead(self) -> int:
+        return 0 if self._counter is None else self._counter.overhead
 
     async def start(self) -> None:
         if self._steps.started:
@@ -95,10 +113,17 @@ class LlamaCppEngine(TableEngine[Sequence]):
             native.close()
             raise
         self._native = native
+        template = self._template
+        self._counter = MessageCounter(
+            lambda messages, opener: template.render(messages, add_generation_prompt=opener),
+            native.tokenize,
+        )
         # The model id stays the file's stem ("SmolLM2-135M-Instruct.Q4_1"): GGUF's general.name
         # is free text with spaces, a poor id for /v1/models and OpenAI clients.
-        # one sequence can never hold more than the pool, nor more than the model was trained on
-        self._context_size = min(self.settings.context_size, native.n_ctx, native.n_ctx_train)
+        # ENGINE_CONTEXT 0 (the default): what the model was trained on (GGUF n_ctx_train); one
+        # sequence can never hold more than that, nor more than the KV pool (less a pad cell)
+        wanted = self.settings.context_size or native.n_ctx_train
+        self._context_size = min(wanted, native.n_ctx - 1, native.n_ctx_train)
         self._kv_total = native.n_ctx
         self._sched.kv_cells = native.n_ctx - 1  # a cell stays free for the pad token
         self._accepting = True

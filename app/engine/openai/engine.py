@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 import httpx
 
@@ -61,6 +62,14 @@ log = logging.getLogger(__name__)
 # No tokenizer here: a prompt is refused at once only when even at this many UTF-8 bytes per token
 # (more than ordinary text's tokens hold) it would not fit; the upstream refuses the rest itself.
 MAX_BYTES_PER_TOKEN = 16
+# For fitting a page conversation's history (`count_tokens`), an honest estimate with a margin:
+# ordinary English runs about 4 UTF-8 bytes per token in BPE vocabularies, so 3 over-counts by
+# about a third; FRAMING is a chat template's per-message wrapping (ChatML's is 5 tokens). Text
+# that packs fewer bytes per token (CJK, code) may still run over: the upstream's own 400 then
+# says so. An upstream that reports no context is taken to hold UPSTREAM_CONTEXT.
+ESTIMATE_BYTES_PER_TOKEN = 3
+FRAMING = 8
+UPSTREAM_CONTEXT = 8192
 
 
 class _Failed(Exception):
@@ -83,7 +92,7 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
             failures_to_down=settings.upstream_failures_to_down,
         )
         self._model_name = settings.model_path or ""
-        self._context_size = settings.context_size
+        self._context_size = settings.context_size or UPSTREAM_CONTEXT
         self._waiting: FairQueue[UpstreamRequest] = FairQueue(lambda r: r.owner)
         self._client: httpx.AsyncClient | None = None
         self._health: HealthChecks | None = None
@@ -101,6 +110,15 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
     @property
     def context_size(self) -> int:
         return self._context_size
+
+    def count_tokens(self, message: Mapping[str, str]) -> int:
+        """An estimate (no tokenizer here): see ESTIMATE_BYTES_PER_TOKEN."""
+        size = len(str(message.get("content", "")).encode())
+        return -(-size // ESTIMATE_BYTES_PER_TOKEN) + FRAMING
+
+    @property
+    def prompt_overhead(self) -> int:
+        return 4 * FRAMING  # a BOS, the reply's opener, a default system prompt of its template
 
     async def start(self) -> None:
         if self._client is not None:
@@ -131,7 +149,9 @@ class OpenAIRemoteEngine(TableEngine[UpstreamRequest]):
         model = self._health.model
         if model is not None:
             self._model_name = self._model_name or model.name
-            self._context_size = min(s.context_size, model.context or s.context_size)
+            # ENGINE_CONTEXT 0 (the default): the upstream's own context, as it reports it
+            own = model.context or s.context_size or UPSTREAM_CONTEXT
+            self._context_size = min(s.context_size or own, own)
         if not self._model_name:
             await self._client.aclose()
             self._client = None

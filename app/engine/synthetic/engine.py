@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.engine.base import ChatMessages, EngineStats, FinishReason, SamplingParams
@@ -42,6 +43,9 @@ from app.engine.synthetic.text import (
     wants_markdown,
 )
 from app.settings import EngineSettings
+
+SYNTHETIC_CONTEXT = 8192
+"""The synthetic engine's context when ENGINE_CONTEXT leaves it to the model (SmolLM2's)."""
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,16 @@ class SyntheticEngine(TableEngine[_Sequence]):
 
     @property
     def context_size(self) -> int:
-        return self._settings.context_size
+        # ENGINE_CONTEXT 0 (the default): SYNTHETIC_CONTEXT, as if the model were trained on it
+        return min(self._settings.context_size or SYNTHETIC_CONTEXT, self._settings.kv_cells)
+
+    def count_tokens(self, message: Mapping[str, str]) -> int:
+        # its share of `render_prompt`'s transcript (ceilings: never below the whole's count)
+        return prompt_token_count(f"{message.get('role')}: {message.get('content')}\n")
+
+    @property
+    def prompt_overhead(self) -> int:
+        return prompt_token_count("assistant: ")
 
     async def start(self) -> None:
         if self._task is not None:

@@ -77,6 +77,7 @@ def read_limits(llm: Any, asked: int) -> Limits:
             getattr(getattr(llm, "_hf_model_config", None), "max_position_embeddings", None),
         )
         if isinstance(v, int) and v > 0
+        # `asked` 0 (ENGINE_CONTEXT's default): whatever the model and its KV cache allow
     )
     max_num_tokens = getattr(args, "max_num_tokens", None)
     chunked = bool(getattr(args, "enable_chunked_prefill", False))

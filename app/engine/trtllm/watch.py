@@ -10,7 +10,12 @@ the next `generate_async` raises the error and shuts the LLM down (executor/exec
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+from app.engine.base import EngineUnavailableError
 
 WATCH_S = 0.5  # how often the engine looks: a dead worker's replies end within about this
 
@@ -28,3 +33,22 @@ def executor_failure(llm: Any) -> str | None:
     if callable(shut_down) and shut_down():
         return "TensorRT-LLM's executor has shut down"
     return None
+
+
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # between attempts to rebuild a dead LLM
+
+
+async def rebuild(
+    build: Callable[[], Awaitable[None]], why: str, failed: Callable[[str], None]
+) -> None:
+    """`build` a new LLM until it works, backing off between tries; `failed` hears each failure
+    (the engine reports it as why it is unavailable)."""
+    for attempt in itertools.count():
+        try:
+            await build()
+        except EngineUnavailableError as exc:
+            delay = RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)]
+            failed(f"{why}; restarting TensorRT-LLM failed ({exc}), next try in {delay:g} s")
+            await asyncio.sleep(delay)
+            continue
+        return
