@@ -50,7 +50,7 @@ from app.engine.openai.sampling import sampling_fields
 from tests.llama_server import LlamaServer
 
 # Both ways sample alike: through the app, the /v1 fields (the rest are the app's defaults,
-# app/domain/chat/limits.py); direct, every field the app forwards to a llama-server for them
+# app/domain/chat/replies/limits.py); direct, every field the app forwards to a llama-server for them
 # (app/engine/openai/sampling.py), not llama-server's own defaults (top-k 40, no repeat penalty).
 VIA_APP = {"temperature": 0.8, "top_p": 0.9, "min_p": 0.05, "repeat_penalty": 1.1}
 

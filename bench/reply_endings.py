@@ -4,7 +4,7 @@
 
 Twenty short everyday prompts, each sampled with fixed seeds by the llama.cpp engine (SmolLM2),
 under each sampling configuration: the old defaults (temperature 0.7, top-p 1, nothing else), the
-new ones (app/domain/chat/limits.py MODEL_DEFAULTS, as the page gets them), and a few single
+new ones (app/domain/chat/replies/limits.py MODEL_DEFAULTS, as the page gets them), and a few single
 changes in between, to show what each part does. Prints, per configuration, the share of replies
 that hit `max_tokens` (finish reason `length`), and the median and mean reply length in tokens.
 A looping reply is what hits the limit here: none of these prompts needs 512 tokens.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.domain.chat.limits import ReplyLimits
+from app.domain.chat.replies.limits import ReplyLimits
 from app.domain.chat.schemas import ReplyOptions
 from app.engine.base import Finished, FinishReason, SamplingParams
 from app.engine.llamacpp.engine import LlamaCppEngine

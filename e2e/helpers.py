@@ -325,7 +325,7 @@ class ChatPage:
 
 
 # Greedy with the repeat penalty off: SmolLM2 settles into a loop on STORY and runs to max_tokens.
-# The chat's default penalty (1.1, app/domain/chat/limits.py) ends greedy STORY at ~590 tokens,
+# The chat's default penalty (1.1, app/domain/chat/replies/limits.py) ends greedy STORY at ~590 tokens,
 # which once finished a reply a test meant to Stop before the test got there.
 RUNS_TO_THE_LIMIT = {"temperature": 0, "repeat_penalty": 1.0}
 

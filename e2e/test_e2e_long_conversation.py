@@ -8,7 +8,7 @@ scripts run) must show no main-thread task over 100 ms, from the first byte to t
 
 The reply is the real model's, streamed live by the real server into the huge conversation
 itself: 2,000 messages are some 100,000 tokens, and the server fits the newest turns that the
-model's context holds (issue 22, item 1; app/domain/chat/context_window.py), so the send answers.
+model's context holds (issue 22, item 1; app/domain/chat/prompts/window.py), so the send answers.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ MESSAGES = 2000
 @pytest.fixture(scope="module")
 def server_env_overrides() -> dict[str, object]:
     """A 2,048-token context: the fitted window's first prefill (about half of it: the window
-    steps, see app/domain/chat/context_window.py) takes seconds on one shared CPU thread, where
+    steps, see app/domain/chat/prompts/window.py) takes seconds on one shared CPU thread, where
     SmolLM2's full 8,192 would take a minute or more."""
     return {"ENGINE_CONTEXT": 2048}
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, Request, Route, WebSocketRoute, expect
 
-from app.domain.chat.conversations import title_from_message
+from app.domain.chat.conversations.store import title_from_message
 from e2e.conftest import User, watch_pages
 from e2e.helpers import (
     SHORT,

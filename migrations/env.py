@@ -22,7 +22,7 @@ from app.db.engine import create_engine, normalize_database_url
 from app.db.migrate import VERSION_TABLE
 from app.domain.accounts import models as accounts_models
 from app.domain.chat import models as chat_models
-from app.domain.chat import settings_models as chat_settings_models
+from app.domain.chat.settings import models as chat_settings_models
 from app.domain.quotas import models as quota_models
 
 # Every model, registered here so that `Base.metadata` holds the whole schema for autogenerate:

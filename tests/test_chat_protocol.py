@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.domain.chat.frames import (
+from app.domain.chat.websocket.frames import (
     BadFrameError,
     CancelFrame,
     RegenerateFrame,

@@ -1,4 +1,4 @@
-"""The context window's fitting and stepping (app/domain/chat/context_window.py): pure functions,
+"""The context window's fitting and stepping (app/domain/chat/prompts/window.py): pure functions,
 checked on examples and, with hypothesis, on whole simulated conversations."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.chat.context_window import (
+from app.domain.chat.prompts.window import (
     MessageTooLongError,
     Room,
     Said,

@@ -13,8 +13,10 @@ APP = Path(__file__).resolve().parents[1] / "app"
 
 ROUTE_DECORATORS = {"Controller", "Router", "get", "post", "put", "patch", "delete", "websocket"}
 TRANSPORTS = {
-    "the page's SSE routes": ("app.domain.chat.controllers",),  # app.domain.sse: shared by /v1
-    "the WebSocket": ("app.domain.chat.websocket", "app.domain.chat.frames"),
+    "the page's SSE routes": (
+        "app.domain.chat.conversations.controllers",
+    ),  # app.domain.sse: shared by /v1
+    "the WebSocket": ("app.domain.chat.websocket.routes", "app.domain.chat.websocket.frames"),
     "/v1": ("app.domain.openai",),
 }
 
@@ -91,7 +93,10 @@ def test_the_scan_sees_imports() -> None:
 
 def test_only_the_app_factory_imports_modules_of_routes() -> None:
     routes = route_modules()
-    assert {"app.domain.chat.controllers", "app.domain.chat.websocket"} <= routes  # not vacuous
+    assert {
+        "app.domain.chat.conversations.controllers",
+        "app.domain.chat.websocket.routes",
+    } <= routes  # not vacuous
     assert "app.domain.openai.controllers" in routes
     importers = [
         f"{module} imports {name}"
@@ -122,7 +127,7 @@ def test_the_reply_service_knows_no_web_framework() -> None:
     none imports Litestar (the transports translate)."""
     modules = every_module()
     paths = {module_name(path): path for path in APP.rglob("*.py")}
-    pending, seen = ["app.domain.chat.replies"], set()
+    pending, seen = ["app.domain.chat.replies.service"], set()
     while pending:
         module = pending.pop()
         if module in seen or module not in paths:
@@ -130,4 +135,4 @@ def test_the_reply_service_knows_no_web_framework() -> None:
         seen.add(module)
         assert not any(within(n, ("litestar",)) for n in imports_of(paths[module])), module
         pending.extend(modules[module])
-    assert {"app.domain.chat.replies", "app.domain.chat.limits"} <= seen
+    assert {"app.domain.chat.replies.service", "app.domain.chat.replies.limits"} <= seen

@@ -11,11 +11,11 @@ from litestar.exceptions import NotFoundException, ServiceUnavailableException
 from litestar.testing import TestClient
 
 from app.domain.accounts.ratelimit import TooManyAttemptsError
-from app.domain.chat.conversations import ConversationNotFoundError
-from app.domain.chat.frames import BadFrameError
-from app.domain.chat.replies import NotFoundError, TooManyRepliesError, context_refusal
-from app.domain.chat.reply_rows import NotRegenerableError
-from app.domain.chat.websocket import rejection
+from app.domain.chat.conversations.store import ConversationNotFoundError
+from app.domain.chat.replies.rows import NotRegenerableError
+from app.domain.chat.replies.service import NotFoundError, TooManyRepliesError, context_refusal
+from app.domain.chat.websocket.frames import BadFrameError
+from app.domain.chat.websocket.routes import rejection
 from app.domain.errors import (
     ContextLengthExceededError,
     DomainError,

@@ -1,4 +1,4 @@
-"""The wire frames are structs (app/domain/chat/reply_frames.py, app/domain/chat/frames.py,
+"""The wire frames are structs (app/domain/chat/replies/frames.py, app/domain/chat/websocket/frames.py,
 app/domain/openai/schemas.py); the per-token ones are written without building theirs, and must
 come out byte for byte as the struct's encoding, whatever the text holds."""
 
@@ -8,9 +8,9 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.chat.frames import PING, RejectedFrame, encode, event_frame
-from app.domain.chat.push_events import ConversationRenamed, PushEvent, Resync
-from app.domain.chat.reply_frames import DeltaFrame, page_frame, page_sse, page_ws, sse_bytes
+from app.domain.chat.push.events import ConversationRenamed, PushEvent, Resync
+from app.domain.chat.replies.frames import DeltaFrame, page_frame, page_sse, page_ws, sse_bytes
+from app.domain.chat.websocket.frames import PING, RejectedFrame, encode, event_frame
 from app.domain.openai.chunks import OpenAIChunks
 from app.domain.openai.schemas import ChunkDelta
 from app.streaming.events import Delta, Final, Start, Status

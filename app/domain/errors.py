@@ -3,7 +3,7 @@
 A `DomainError` is a request the domain refuses, the client's fault or the server's state: its
 `status` (an HTTP status) and `public_message` (what the client may read) are all that every
 transport needs: the app's exception handlers (app/web/errors.py), `/v1`'s error shape
-(app/domain/openai/errors.py), the WebSocket's `rejected` frame (app/domain/chat/websocket.py)
+(app/domain/openai/errors.py), the WebSocket's `rejected` frame (app/domain/chat/websocket/routes.py)
 and the routes' `raises=` lists (app/domain/refusals.py). Anything else that escapes is a bug:
 a 500. Each class keeps its builtin base too (ValueError, LookupError...), so callers that catch
 those keep working.

@@ -2,7 +2,7 @@
 
 Every transport uses it, each in one place: the app factory's exception handlers for HTTP
 (app/web/errors.py), `/v1`'s router-level handler for OpenAI's error shape
-(app/domain/openai/errors.py), and the WebSocket's `rejected` frame (app/domain/chat/websocket.py).
+(app/domain/openai/errors.py), and the WebSocket's `rejected` frame (app/domain/chat/websocket/routes.py).
 No handler catches a domain error to translate it. The routes' `raises=` lists, for the OpenAPI
 document, come from the same classes (`documented`).
 """

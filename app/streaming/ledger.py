@@ -9,7 +9,7 @@
 - `close_interrupted`: at startup, what a dead process left `streaming`.
 
 The chat domain implements it once, over its reply rows and that channel
-(app/domain/chat/ledger.py); the tests, in memory (tests/streaming/core.py).
+(app/domain/chat/replies/ledger.py); the tests, in memory (tests/streaming/core.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and the small events every page of that user must hear (a reply started elsewhere, a rename...).
 
 The hub knows users only by an opaque key and events only as opaque payloads: what they mean is
-the domain's (app/domain/chat/push_events.py). A channel's queue is bounded: a page that does not
+the domain's (app/domain/chat/push/events.py). A channel's queue is bounded: a page that does not
 keep up is not allowed to grow the server's memory, so on overflow its queue is dropped and the
 page is told to refetch what it shows (`OVERFLOW`), which costs one request instead of N events.
 

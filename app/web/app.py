@@ -26,8 +26,6 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
-from app.domain.account.api import AccountApi
-from app.domain.account.page import account_page
 from app.domain.accounts.authentication import (
     ACCESS_STATE_KEY,
     LIVE_SESSIONS_STATE_KEY,
@@ -48,11 +46,13 @@ from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
 from app.domain.admin.users_api import AdminUsersApi
 from app.domain.admin.users_pages import AdminUserPages
-from app.domain.chat.archive_controllers import archive_router
-from app.domain.chat.controllers import chat_router
-from app.domain.chat.push_routes import user_events
-from app.domain.chat.settings_controllers import settings_router
-from app.domain.chat.websocket import chat_socket
+from app.domain.chat.conversations.controllers import chat_router
+from app.domain.chat.keep.controllers import archive_router
+from app.domain.chat.push.routes import user_events
+from app.domain.chat.settings.controllers import settings_router
+from app.domain.chat.websocket.routes import chat_socket
+from app.domain.my_account.api import AccountApi
+from app.domain.my_account.page import account_page
 from app.domain.openai.controllers import openai_router
 from app.domain.quotas.controllers import quota_router
 from app.domain.refusals import DOMAIN_ERRORS

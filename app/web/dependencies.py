@@ -15,9 +15,9 @@ from litestar.di import NamedDependency, Provide
 from app.db.session import Sessions
 from app.db.storage import StorageHealth
 from app.domain.accounts.ratelimit import AuthLimits
-from app.domain.chat.conversation_service import ConversationService
-from app.domain.chat.push_events import UserPush
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.conversations.service import ConversationService
+from app.domain.chat.push.events import UserPush
+from app.domain.chat.replies.service import ReplyService
 from app.domain.chat.sign_outs import SignOuts
 from app.domain.quotas.service import Quotas
 from app.engine import Engine

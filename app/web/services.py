@@ -16,11 +16,11 @@ from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
 from app.db.storage import StorageHealth, watch_storage
 from app.domain.accounts.access import AccessCache
-from app.domain.chat.conversation_service import ConversationService
-from app.domain.chat.ledger import DatabaseLedger
-from app.domain.chat.limits import ReplyLimits
-from app.domain.chat.push_events import UserPush
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.conversations.service import ConversationService
+from app.domain.chat.push.events import UserPush
+from app.domain.chat.replies.ledger import DatabaseLedger
+from app.domain.chat.replies.limits import ReplyLimits
+from app.domain.chat.replies.service import ReplyService
 from app.domain.chat.sign_outs import SignOuts
 from app.domain.quotas.service import Limits, Quotas
 from app.engine import Engine, create_engine

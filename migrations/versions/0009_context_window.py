@@ -5,7 +5,7 @@ Revises: 0008
 Create Date: 2026-12-02
 
 `token_count`: the tokens the message takes in a prompt, its chat template's framing included,
-counted once by the engine that answers (app/domain/chat/context_window.py); NULL until counted
+counted once by the engine that answers (app/domain/chat/prompts/window.py); NULL until counted
 (rows from before this revision are counted at their next use and stored then).
 `window_start_id`: on a reply, the first history message the model was shown for it (NULL: the
 conversation from its start). No foreign key, like `conversations.current_leaf_id`: it names a

@@ -25,7 +25,7 @@ function newestFirst(a, b) {
   return Date.parse(b) - Date.parse(a);
 }
 
-/** The server's order (app/domain/chat/conversations.py): pinned first, by pin, newest first;
+/** The server's order (app/domain/chat/conversations/store.py): pinned first, by pin, newest first;
  * then by last activity, newest first; ties by id, descending. Negative: `a` comes first. */
 export function listOrder(a, b) {
   if (!!a.pinned_at !== !!b.pinned_at) return a.pinned_at ? -1 : 1;
@@ -165,7 +165,7 @@ export class ConversationList {
     this.render();
     if (wasArchived) this.onFiled?.(c);
     // The server named a new chat from this first message (distinct from the user's other chats,
-    // app/domain/chat/conversations.py): show its name.
+    // app/domain/chat/conversations/store.py): show its name.
     if (content && (!c.title || c.title === DEFAULT_TITLE)) this.refreshTitle(c);
   }
 

@@ -1,6 +1,6 @@
 /**
  * The page's one push channel: the user's events from their other tabs and devices (a reply
- * started or ended, a conversation created, renamed or deleted; app/domain/chat/push_events.py).
+ * started or ended, a conversation created, renamed or deleted; app/domain/chat/push/events.py).
  *
  * Over the WebSocket when the page streams over it (the same socket, after a `subscribe` frame:
  * its `event` frames), else over `GET /api/events` (server-sent events read with fetch, as the

@@ -2,7 +2,7 @@
  * The page's WebSocket transport: one same-origin socket (/ws, authenticated by the session
  * cookie) shared by every reply on the page. Sends {"type":"send"|"regenerate"|"edit"|"cancel"|"resume"};
  * receives the same events as SSE as JSON objects {"type","id",...payload}, plus "rejected" and
- * "ping" (the frames: app/domain/chat/frames.py).
+ * "ping" (the frames: app/domain/chat/websocket/frames.py).
  * Each frame that opens a stream (send, regenerate, edit, resume) carries a fresh `client_ref`;
  * the server echoes it on the stream's "start" and on a "rejected" that refuses the frame, so both
  * reach the reply that asked, however many are in flight. After the start, a reply's frames are

@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.cancel_channel import LocalCancelChannel
 from app.db.session import transaction
-from app.domain.chat import reply_rows
-from app.domain.chat.ledger import DatabaseLedger
 from app.domain.chat.models import Conversation, Message
-from app.domain.chat.reply_rows import FINAL_UPDATE, final_params
+from app.domain.chat.replies import turn_rows
+from app.domain.chat.replies.ledger import DatabaseLedger
+from app.domain.chat.replies.rows import FINAL_UPDATE, final_params
 from app.streaming.events import Status
 from app.streaming.generation import Outcome
 from app.streaming.ledger import Progress
@@ -56,14 +56,14 @@ async def add_turn(
     replica_id: str | None = None,
 ) -> tuple[Message, Message]:
     """A question and its `streaming` reply, committed, through the send's own write
-    (`reply_rows.write_turn`): after `parent_id`, or, when None, after the conversation's current
+    (`turn_rows.write_turn`): after `parent_id`, or, when None, after the conversation's current
     leaf (its end as shown; None in an empty conversation)."""
     async with transaction(sessions) as session:
         if parent_id is None:
             parent_id = await session.scalar(
                 select(Conversation.current_leaf_id).where(Conversation.id == conversation_id)
             )
-        question, reply, _ = await reply_rows.write_turn(
+        question, reply, _ = await turn_rows.write_turn(
             session,
             conversation_id,
             user_content,

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from app.domain.accounts.models import User
-from app.domain.chat import conversations
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, ConversationSource
 from tests.db.chat_rows import Sessions
 

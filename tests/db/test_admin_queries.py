@@ -19,7 +19,7 @@ from app.domain.admin.queries import (
     get_conversation_unscoped,
     message_status_counts,
 )
-from app.domain.chat import conversations
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, ConversationSource, Message
 from app.streaming.events import Status
 from tests.db.chat_rows import add_turn, finish_reply

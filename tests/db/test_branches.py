@@ -11,8 +11,11 @@ import pytest
 from app.domain.accounts.models import User
 from app.domain.admin.queries import admin_list_messages
 from app.domain.admin.tree_view import conversation_tree
-from app.domain.chat import branches, conversations, prompts, reply_rows
+from app.domain.chat.conversations import branches
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, ConversationSource, Message
+from app.domain.chat.prompts import turns as prompts
+from app.domain.chat.replies import rows as reply_rows
 from tests.db.chat_rows import Sessions, add_turn, finish_reply, message_count, reload
 
 

@@ -7,11 +7,13 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from app.domain.accounts.models import User
-from app.domain.chat import chat_settings, conversations, prompts
-from app.domain.chat.limits import MODEL_DEFAULTS, ReplyLimits
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, ConversationSource
+from app.domain.chat.prompts import turns as prompts
+from app.domain.chat.replies.limits import MODEL_DEFAULTS, ReplyLimits
 from app.domain.chat.schemas import ReplyOptions
-from app.domain.chat.settings_schemas import ChatSettings
+from app.domain.chat.settings import service as chat_settings
+from app.domain.chat.settings.schemas import ChatSettings
 from app.domain.errors import InvalidInputError
 from tests.db.chat_rows import Sessions
 

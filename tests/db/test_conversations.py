@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import delete, func, select
 
 from app.domain.accounts.models import User
-from app.domain.chat import conversations, reply_rows
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, ConversationSource
+from app.domain.chat.replies import rows as reply_rows
 from tests.db.chat_rows import Sessions, add_turn, message_count, reload
 
 MakeUser = Callable[..., Awaitable[User]]

@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from app.db.engine import SQLITE_BUSY_TIMEOUT_MS, create_engine, normalize_database_url
 from app.domain.accounts import service as accounts
-from app.domain.chat import conversations
+from app.domain.chat.conversations import store as conversations
 from app.settings import Settings
 from tests.db.alchemy_config import make_alchemy_config
 from tests.db.chat_rows import add_turn, finish_reply

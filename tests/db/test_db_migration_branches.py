@@ -19,7 +19,9 @@ from app.db.migrate import (
     head_revision,
     upgrade_database_async,
 )
-from app.domain.chat import branches, conversations, prompts
+from app.domain.chat.conversations import branches
+from app.domain.chat.conversations import store as conversations
+from app.domain.chat.prompts import turns as prompts
 from tests.db.chat_rows import add_turn, finish_reply, reload
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -28,7 +28,7 @@ from app.db.migrate import (
 )
 from app.domain.accounts import models as accounts_models
 from app.domain.chat import models as chat_models
-from app.domain.chat import settings_models as chat_settings_models
+from app.domain.chat.settings import models as chat_settings_models
 from app.domain.quotas import models as quota_models
 from app.settings import Settings
 from tests.db.alchemy_config import make_alchemy_config

@@ -19,10 +19,13 @@ from app.db.migrate import (
     upgrade_database_async,
 )
 from app.domain.accounts.models import User
-from app.domain.chat import branches, conversations, export, importing, ratings, reply_rows, search
-from app.domain.chat.archive_schemas import ConversationExport
+from app.domain.chat.conversations import branches
+from app.domain.chat.conversations import store as conversations
+from app.domain.chat.keep import export, importing, ratings, search
+from app.domain.chat.keep.schemas import ConversationExport
 from app.domain.chat.models import Conversation, Rating
-from app.domain.chat.replies import NotFoundError
+from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.replies.service import NotFoundError
 from app.streaming.events import Status
 from tests.db.chat_rows import Sessions, add_turn, finish_reply
 from tests.db.test_db_migrations import _inspect

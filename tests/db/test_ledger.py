@@ -1,5 +1,5 @@
 """The streaming core's ReplyLedger over the chat rows and the cancel channel
-(app/domain/chat/ledger.py), on real SQLite and PostgreSQL: what another replica's writes look
+(app/domain/chat/replies/ledger.py), on real SQLite and PostgreSQL: what another replica's writes look
 like to a reader here, an action published here reaching another replica's listener, and the
 rows a dead replica left streaming closed at startup, its siblings' left alone."""
 
@@ -14,8 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.cancel_channel import PostgresCancelChannel, cancel_channel_for
 from app.db.session import transaction
 from app.domain.accounts.models import User
-from app.domain.chat import conversations, reply_rows
-from app.domain.chat.ledger import DatabaseLedger
+from app.domain.chat.conversations import store as conversations
+from app.domain.chat.replies import turn_rows
+from app.domain.chat.replies.ledger import DatabaseLedger
 from app.streaming.events import CancelCause, Status
 from app.streaming.ledger import ATTACH, Progress
 from tests.db.chat_rows import add_turn
@@ -116,7 +117,7 @@ async def test_close_interrupted_closes_this_replicas_rows_only(
     rows = {}
     for replica in ("r1", "r2"):
         async with transaction(db_sessions) as session:
-            _, reply, _ = await reply_rows.write_turn(
+            _, reply, _ = await turn_rows.write_turn(
                 session, conversation.id, "q", "m", parent_id=None, replica_id=replica
             )
         rows[replica] = str(reply.id)

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from app.domain.accounts.models import User
-from app.domain.chat import conversations
-from app.domain.chat.conversations import ListKey
+from app.domain.chat.conversations import store as conversations
+from app.domain.chat.conversations.store import ListKey
 from app.domain.chat.models import Conversation
 from tests.db.chat_rows import Sessions, add_turn
 

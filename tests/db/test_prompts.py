@@ -11,9 +11,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.session import transaction
 from app.domain.accounts.models import User
-from app.domain.chat import branches, chat_settings, conversations, prompts, reply_rows
+from app.domain.chat.conversations import branches
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, Message
-from app.domain.chat.settings_schemas import ChatSettings
+from app.domain.chat.prompts import turns as prompts
+from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.settings import service as chat_settings
+from app.domain.chat.settings.schemas import ChatSettings
 from app.domain.errors import NotLoggedInError
 from app.streaming.events import Status
 from tests.db.chat_rows import Sessions, add_turn, finish_reply, message_count, reload

@@ -17,8 +17,8 @@ from app.db.cancel_channel import LocalCancelChannel
 from app.db.session import transaction
 from app.domain.accounts import audit, management
 from app.domain.accounts.models import AuditEntry, User
-from app.domain.chat import conversations
-from app.domain.chat.ledger import DatabaseLedger
+from app.domain.chat.conversations import store as conversations
+from app.domain.chat.replies.ledger import DatabaseLedger
 from app.domain.errors import InvalidInputError
 from app.domain.quotas import counter, overrides
 from app.domain.quotas.models import QuotaUsage

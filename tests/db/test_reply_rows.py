@@ -14,8 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.session import transaction
 from app.domain.accounts.models import User
-from app.domain.chat import conversations, reply_rows
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.replies import turn_rows
 from app.streaming.events import Status
 from app.streaming.ledger import Progress
 from tests.db.chat_rows import (
@@ -90,7 +92,7 @@ async def test_write_turn_tells_the_title_it_named_the_chat_with(
     named = []
     for content in ("First  question", "Second"):
         async with transaction(db_sessions) as session:
-            turn = await reply_rows.write_turn(
+            turn = await turn_rows.write_turn(
                 session, conversation.id, content, "m", parent_id=None, title_if_untitled=content
             )
         named.append(turn.title)
@@ -142,7 +144,7 @@ async def test_write_turn_with_a_known_parent_is_three_statements(
     event.listen(db_engine.sync_engine, "before_cursor_execute", count)
     try:
         async with transaction(db_sessions) as session:
-            root_q, root_r, _ = await reply_rows.write_turn(
+            root_q, root_r, _ = await turn_rows.write_turn(
                 session, conversation.id, "one, again", "m", parent_id=None
             )
     finally:
@@ -161,7 +163,7 @@ async def test_write_api_call_makes_its_conversation_and_turn_at_once(
 ) -> None:
     question = "  \n" * 50 + "What is the capital of France?"  # a blank start: named from it
     async with transaction(db_sessions) as session:
-        asked, reply = await reply_rows.write_api_call(
+        asked, reply = await turn_rows.write_api_call(
             session, owner.id, question, "m", engine_request_id="req-9"
         )
     conversation = await conversations.get_conversation(

@@ -14,7 +14,7 @@ from app.domain.accounts import management
 from app.domain.accounts.access import AccessCache
 from app.domain.accounts.audit import CLI
 from app.domain.accounts.models import User
-from app.domain.chat.push_events import SignedOut, UserPush
+from app.domain.chat.push.events import SignedOut, UserPush
 from app.domain.chat.sign_outs import SignOuts
 from app.engine.synthetic.engine import SyntheticEngine
 from app.streaming.manager import GenerationManager

@@ -14,9 +14,10 @@ from sqlalchemy.engine import make_url
 
 from app.db.session import DatabaseBusyError, transaction
 from app.domain.accounts.models import User
-from app.domain.chat import chat_settings, ratings
+from app.domain.chat.keep import ratings
 from app.domain.chat.models import Conversation, Rating, ReplyRating
-from app.domain.chat.settings_schemas import ChatSettings
+from app.domain.chat.settings import service as chat_settings
+from app.domain.chat.settings.schemas import ChatSettings
 from app.domain.refusals import refusal_for
 from app.streaming.events import Status
 from tests.db.chat_rows import Sessions, add_turn, finish_reply

@@ -1,5 +1,5 @@
 // The sidebar's order and page keys (static/js/conversation-list.js) match the server's
-// (app/domain/chat/conversations.py): pinned first, newest pin first; then newest activity first.
+// (app/domain/chat/conversations/store.py): pinned first, newest pin first; then newest activity first.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { listOrder, pageAfter } from "../../static/js/conversation-list.js";

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.domain.chat.archive_schemas import MAX_IMPORT_BYTES
+from app.domain.chat.keep.schemas import MAX_IMPORT_BYTES
 from tests.live_server import PageClient
 from tests.ops.harness import AppProcess, Nginx, client_like, proxy_for, sse_reply, start_nginx
 

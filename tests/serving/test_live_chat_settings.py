@@ -72,7 +72,9 @@ def test_settings_are_stored_and_shown_with_the_defaults(alice: PageClient) -> N
     assert fresh.status_code == 200, fresh.text
     view = fresh.json()
     assert view["settings"]["system_prompt"] == "" and view["settings"]["temperature"] is None
-    assert view["model_defaults"]["temperature"] == 0.2  # MODEL_DEFAULTS, app/domain/chat/limits.py
+    assert (
+        view["model_defaults"]["temperature"] == 0.2
+    )  # MODEL_DEFAULTS, app/domain/chat/replies/limits.py
     assert view["model_defaults"]["max_tokens"] > 0
 
     saved = put(alice, settings_path(conversation), CHOSEN)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.domain.chat.push_events import ReplyEnded, ReplyStarted, UserPush
+from app.domain.chat.push.events import ReplyEnded, ReplyStarted, UserPush
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
 from app.streaming.push import EVICTED, OVERFLOW, PushChannel, PushHub
@@ -93,7 +93,7 @@ def test_offer_never_grows_past_capacity() -> None:
 async def test_a_page_that_connects_hears_the_replies_live_now_then_their_end(
     manager: GenerationManager,
 ) -> None:
-    """The domain's side (app/domain/chat/push_events.py) over this hub and a real manager: the
+    """The domain's side (app/domain/chat/push/events.py) over this hub and a real manager: the
     user's live page replies first (a page that just opened missed their start), then each end."""
     push = UserPush(PushHub(), manager)
     generation = await start_reply(manager, tokens=200)  # user-1's

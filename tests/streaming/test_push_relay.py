@@ -1,4 +1,4 @@
-"""Users' events across replicas (app/db/broadcast.py under app/domain/chat/push_events.py): two
+"""Users' events across replicas (app/db/broadcast.py under app/domain/chat/push/events.py): two
 "replicas" in this process, each with its own hub and its own LISTEN connection to the real
 PostgreSQL, hear each other's events once, for the right user only."""
 
@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from app.db.broadcast import LocalBroadcast, PostgresBroadcast, broadcast_for
-from app.domain.chat.push_events import ConversationRenamed, PushEvent, UserPush
+from app.domain.chat.push.events import ConversationRenamed, PushEvent, UserPush
 from app.streaming.manager import GenerationManager
 from app.streaming.push import PushHub
 from tests.live_server import TEST_POSTGRES_URL

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from app.db.broadcast import PostgresBroadcast
-from app.domain.chat.push_events import SignedOut, UserPush
+from app.domain.chat.push.events import SignedOut, UserPush
 from app.domain.chat.sign_outs import SignOuts
 from app.streaming.events import CancelCause, Status
 from app.streaming.manager import GenerationManager

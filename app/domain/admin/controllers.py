@@ -17,9 +17,10 @@ from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin.acting import acting_admin, record_look
 from app.domain.admin.views import GUARDED, kill_reply, live_generations, message_row
-from app.domain.chat import export, reply_rows
-from app.domain.chat.archive_schemas import EXPORT_RESPONSE
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.keep import export
+from app.domain.chat.keep.schemas import EXPORT_RESPONSE
+from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.replies.service import ReplyService
 from app.engine import Engine
 
 

@@ -20,9 +20,10 @@ from app.domain.admin.acting import acting_admin, record_look
 from app.domain.admin.charts import histogram_svg, ratings_per_day_svg, states_over_time_svg
 from app.domain.admin.tree_view import conversation_tree
 from app.domain.admin.views import kill_reply, live_generations, storage_alert
-from app.domain.chat import chat_settings, ratings
+from app.domain.chat.keep import ratings
 from app.domain.chat.models import Rating
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.replies.service import ReplyService
+from app.domain.chat.settings import service as chat_settings
 from app.domain.json_input import text_problem
 from app.engine import Engine
 from app.streaming.events import Status

@@ -2,7 +2,7 @@
 at every turn with several versions, one sub-branch per version, the branch the user sees marked.
 
 Every message carries its position on its branch (1: the first question), and every reply what its
-prompt held of the branch before it (issue 22: `window_start_id`, app/domain/chat/context_window.py),
+prompt held of the branch before it (issue 22: `window_start_id`, app/domain/chat/prompts/window.py),
 said in those positions: "the whole conversation", "from message 7", "only its question"."""
 
 from __future__ import annotations

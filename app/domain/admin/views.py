@@ -14,9 +14,9 @@ from app.db.storage import StorageHealth
 from app.domain.accounts import audit
 from app.domain.accounts.audit import Actor
 from app.domain.accounts.models import User
-from app.domain.chat import reply_rows
 from app.domain.chat.models import Conversation, Message
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.replies.service import ReplyService
 from app.domain.chat.schemas import MessageResponse
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager

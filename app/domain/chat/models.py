@@ -57,7 +57,7 @@ class Conversation(UUIDPrimaryKey, CreatedAt, Base):
         _str_enum(ConversationSource, "conversation_source"), default=ConversationSource.PAGE
     )
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, sort_order=101)
-    # The end of the branch shown last (app/domain/chat/branches.py): the visible thread is the
+    # The end of the branch shown last (app/domain/chat/conversations/branches.py): the visible thread is the
     # path from the root to it. No foreign key: one back to `messages` would make the two tables a
     # cycle that SQLite cannot build; messages are only ever deleted with their conversation.
     current_leaf_id: Mapped[UUID | None] = mapped_column(default=None)
@@ -103,7 +103,7 @@ class Message(UUIDPrimaryKey, CreatedAt, Base):
     prompt_tokens: Mapped[int | None] = mapped_column(default=None)
     completion_tokens: Mapped[int | None] = mapped_column(default=None)
     # Tokens this message takes in a prompt (its template framing included), counted once by the
-    # engine (app/domain/chat/context_window.py); None until counted.
+    # engine (app/domain/chat/prompts/window.py); None until counted.
     token_count: Mapped[int | None] = mapped_column(default=None)
     # A reply's window: the first history message its prompt held (None: from the start).
     window_start_id: Mapped[UUID | None] = mapped_column(default=None)

@@ -1,7 +1,7 @@
 """The chat protocol, as msgspec structs: what clients send, and what the page API answers.
 
 One shape per request and per answer, shared by every transport (the page's SSE routes, the
-WebSocket, whose frames extend the request structs in app/domain/chat/frames.py). Each answer is
+WebSocket, whose frames extend the request structs in app/domain/chat/websocket/frames.py). Each answer is
 built from its row in one place (`of`), and the handlers return the structs, so the OpenAPI
 document describes exactly what goes over the wire. Ids are strings and times ISO 8601 strings,
 as `str(uuid)` and `datetime.isoformat()` write them, which is what the pages read.
@@ -15,7 +15,7 @@ from uuid import UUID
 
 import msgspec
 
-from app.domain.chat.branches import Thread
+from app.domain.chat.conversations.branches import Thread
 from app.domain.chat.models import Conversation, Message
 
 # -- requests --------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ class MessageResponse(msgspec.Struct):
     cancel_token_index: int | None
     tokens_after_cancel: int | None
     parent_id: str | None  # the message this one follows (app/domain/chat/tree.py)
-    # A reply's context window (app/domain/chat/context_window.py): the first message of the
+    # A reply's context window (app/domain/chat/prompts/window.py): the first message of the
     # branch its prompt held (null: from the start; the question itself: no earlier message).
     window_start_id: str | None
     token_count: int | None  # tokens it takes in a prompt (null: not counted yet)

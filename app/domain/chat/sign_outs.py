@@ -19,7 +19,7 @@ closes those sessions' sockets and push channels at once, here and on the other 
 Their replies run on (a reply knows its user, not its session).
 
 The replica where the admin acted does this at once and tells the others through the users'
-event relay (`SignedOut` is a push event: app/domain/chat/push_events.py; on PostgreSQL the
+event relay (`SignedOut` is a push event: app/domain/chat/push/events.py; on PostgreSQL the
 relay is NOTIFY, app/db/broadcast.py), and each does the same for its own connections and replies.
 A NOTIFY can be lost (the listening connection was being re-opened), and an account can be
 changed with no server to tell (straight in the database), so each replica also re-checks, once a
@@ -39,7 +39,7 @@ from uuid import UUID
 
 from app.domain.accounts.access import AccessCache
 from app.domain.accounts.models import UserState
-from app.domain.chat.push_events import PushEvent, SessionsEnded, SignedOut, UserPush
+from app.domain.chat.push.events import PushEvent, SessionsEnded, SignedOut, UserPush
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
 from app.streaming.push import PushChannel

@@ -16,7 +16,7 @@ from litestar.params import JSONBody
 from litestar.response import Stream
 
 from app.domain.accounts.authentication import ApiKeyAuthenticationMiddleware
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.replies.service import ReplyService
 from app.domain.openai.errors import ERRORS, openai_error_response
 from app.domain.openai.schemas import ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
 from app.domain.openai.serving import OpenAIServingChat

@@ -11,7 +11,7 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from app.domain.chat.replies import TooManyRepliesError
+from app.domain.chat.replies.service import TooManyRepliesError
 from app.domain.errors import ContextLengthExceededError
 from app.domain.openai.schemas import openai_error
 from app.domain.quotas.service import QuotaExceededError

@@ -21,7 +21,7 @@ from uuid import UUID
 from litestar import Request, Response
 from litestar.response import Stream
 
-from app.domain.chat.replies import ReplyService
+from app.domain.chat.replies.service import ReplyService
 from app.domain.chat.schemas import ReplyOptions
 from app.domain.openai.chunks import OpenAIChunks, openai_completion
 from app.domain.openai.errors import OpenAIError
@@ -34,7 +34,7 @@ from app.streaming.events import Delta, Final, Status, StreamEvent
 ROLES = {"system", "user", "assistant"}
 # OpenAI's own defaults for its fields, so a client gets what OpenAI's documentation promises;
 # the settings OpenAI has no field for (min_p, repeat_penalty) keep the model's defaults
-# (app/domain/chat/limits.py MODEL_DEFAULTS).
+# (app/domain/chat/replies/limits.py MODEL_DEFAULTS).
 OPENAI_DEFAULTS = ReplyOptions(
     temperature=1.0, top_p=1.0, frequency_penalty=0.0, presence_penalty=0.0
 )
@@ -67,7 +67,7 @@ class OpenAIServingChat:
         return await self.complete(request, events, completion_id)
 
     def params(self, body: ChatCompletionRequest) -> SamplingParams:
-        """OpenAI's parameters, checked by the domain's rules (app/domain/chat/limits.py)."""
+        """OpenAI's parameters, checked by the domain's rules (app/domain/chat/replies/limits.py)."""
         if body.n != 1:
             raise OpenAIError("only n=1 is supported", param="n")
         given = (body.max_completion_tokens, body.max_tokens)

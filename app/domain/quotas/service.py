@@ -2,7 +2,7 @@
 
 A reply reserves its most tokens when it starts (`reserve`: refused with QuotaExceededError once
 the user's day or month is used up) and settles to what the engine reported when its end is
-saved, in the same transaction (`settlements`, run by the ledger: app/domain/chat/ledger.py), so
+saved, in the same transaction (`settlements`, run by the ledger: app/domain/chat/replies/ledger.py), so
 every reply that reached the engine is counted once, whatever its end: completed, cancelled,
 disconnected, failed, or interrupted by a shutdown. A reply whose start fails after its
 reservation gives it back (`release`). The limit: a process that dies with replies running

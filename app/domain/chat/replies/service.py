@@ -24,11 +24,16 @@ from uuid import UUID, uuid4
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Sessions, transaction
-from app.domain.chat import branches, chat_settings, conversations, fitting, prompts, reply_rows
-from app.domain.chat.limits import ReplyLimits
+from app.domain.chat.conversations import branches
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Message, MessageRole
-from app.domain.chat.push_events import ConversationRenamed, UserPush
-from app.domain.chat.reply_errors import NotFoundError, TooManyRepliesError
+from app.domain.chat.prompts import fitting
+from app.domain.chat.prompts import turns as prompts
+from app.domain.chat.push.events import ConversationRenamed, UserPush
+from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.replies import turn_rows
+from app.domain.chat.replies.errors import NotFoundError, TooManyRepliesError
+from app.domain.chat.replies.limits import ReplyLimits
 from app.domain.chat.schemas import (
     CancelReply,
     ReplyOptions,
@@ -37,11 +42,8 @@ from app.domain.chat.schemas import (
     SendTurn,
     StopResult,
 )
-from app.domain.errors import (
-    ContextLengthExceededError,
-    EngineRefusedError,
-    UnavailableError,
-)
+from app.domain.chat.settings import service as chat_settings
+from app.domain.errors import ContextLengthExceededError, EngineRefusedError, UnavailableError
 from app.domain.quotas.service import Quotas, reply_bound
 from app.engine.base import EngineError, EngineUnavailableError, PromptTooLongError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
@@ -54,7 +56,7 @@ from app.streaming.subscriber import live_events
 @dataclass(frozen=True, slots=True)
 class ReplyEvents:
     """One client's view of a reply: its id, and its events from `ReplyService.reply_events` (None: idle,
-    send a heartbeat), which the transport frames (app/domain/chat/reply_frames.py)."""
+    send a heartbeat), which the transport frames (app/domain/chat/replies/frames.py)."""
 
     message_id: str
     events: AsyncGenerator[StreamEvent | None, None]  # what `reply_events`, a generator, returns
@@ -148,7 +150,7 @@ class ReplyService:
             window = fitting.fit_branch(self.manager.engine, branch, system_prompt, params)
 
             async def write(request_id: str) -> ReplyRows:
-                question, reply, title = await reply_rows.write_turn(
+                question, reply, title = await turn_rows.write_turn(
                     session,
                     conversation_id,
                     content,
@@ -224,7 +226,7 @@ class ReplyService:
 
         async def write(request_id: str) -> ReplyRows:
             async with transaction(self.sessions) as session:
-                question, reply = await reply_rows.write_api_call(
+                question, reply = await turn_rows.write_api_call(
                     session,
                     user_id,
                     messages[-1]["content"],

@@ -1,7 +1,7 @@
 """The stored chat settings: one conversation's, and a user's defaults for their new conversations.
 
 Both hold the same two things: a system prompt, and the sampling settings given (a JSON object of
-`ReplyOptions` fields; a field left out takes the model's default, app/domain/chat/limits.py).
+`ReplyOptions` fields; a field left out takes the model's default, app/domain/chat/replies/limits.py).
 JSON keeps the set of sampling fields the protocol's business (app/domain/chat/schemas.py), not
 the schema's: a new field needs no migration.
 """

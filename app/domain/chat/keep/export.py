@@ -1,5 +1,5 @@
 """A conversation as a file: JSON (every row, every version, with its end state and timings and
-the tree they form, read back by app/domain/chat/importing.py) or Markdown (the branch its owner
+the tree they form, read back by app/domain/chat/keep/importing.py) or Markdown (the branch its owner
 sees, for reading)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
-from app.domain.chat.archive_schemas import (
+from app.domain.chat.keep.schemas import (
     ACCOUNT_EXPORT_FORMAT,
     EXPORT_FORMAT,
     AccountExport,

@@ -6,13 +6,13 @@ The client sends `send`, `cancel`, `resume`, `regenerate` and `edit`; the server
 so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
 be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
 streaming on it carry on. After a `subscribe`, the socket is also the page's push channel: its
-user's events as `event` frames (app/domain/chat/push_events.py). When the session ends (the account
+user's events as `event` frames (app/domain/chat/push/events.py). When the session ends (the account
 disabled, deleted, its password reset, logged out everywhere: app/domain/chat/sign_outs.py), the
 socket refuses new frames (401), lets its replies send their (cancelled) `final`s, and closes
 with 4401.
 
 Like the SSE routes, this only translates: frames are decoded into the protocol's structs
-(app/domain/chat/frames.py), dispatched by their type to the reply service, and what it returns
+(app/domain/chat/websocket/frames.py), dispatched by their type to the reply service, and what it returns
 is sent as the server's frames (the same module).
 """
 
@@ -35,7 +35,11 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import logged_in_user
 from app.domain.accounts.login import EPOCH_KEY, session_row
 from app.domain.accounts.models import User
-from app.domain.chat.frames import (
+from app.domain.chat.push.events import PushEvent, SignedOut, UserPush
+from app.domain.chat.replies.frames import page_ws
+from app.domain.chat.replies.service import ReplyEvents, ReplyService
+from app.domain.chat.sign_outs import SignOuts
+from app.domain.chat.websocket.frames import (
     PING,
     CancelFrame,
     ClientFrame,
@@ -49,10 +53,6 @@ from app.domain.chat.frames import (
     event_frame,
     read_frame,
 )
-from app.domain.chat.push_events import PushEvent, SignedOut, UserPush
-from app.domain.chat.replies import ReplyEvents, ReplyService
-from app.domain.chat.reply_frames import page_ws
-from app.domain.chat.sign_outs import SignOuts
 from app.domain.errors import DomainError, InvalidInputError, NotLoggedInError
 from app.domain.json_input import BadJsonError
 from app.streaming.push import PushChannel
@@ -113,7 +113,7 @@ class ChatSocket:
         }
 
     async def send(self, frame: bytes) -> None:
-        """One encoded frame (app/domain/chat/frames.py), as a text frame."""
+        """One encoded frame (app/domain/chat/websocket/frames.py), as a text frame."""
         async with self._send_lock:
             await self.socket.send_text(frame)
 
@@ -217,7 +217,7 @@ class ChatSocket:
                     await self.send(frame)
 
     def push_events(self, events: AsyncGenerator[PushEvent | None, None]) -> None:
-        """The user's events (app/domain/chat/push_events.py) as `event` frames on this socket,
+        """The user's events (app/domain/chat/push/events.py) as `event` frames on this socket,
         for as long as it is open."""
         task = asyncio.create_task(self._pump_events(events))
         self._streams.add(task)

@@ -1,4 +1,4 @@
-"""The context window (app/domain/chat/context_window.py) against the running engine: a branch
+"""The context window (app/domain/chat/prompts/window.py) against the running engine: a branch
 fitted for a reply, and what the composer may send next."""
 
 from __future__ import annotations
@@ -6,11 +6,12 @@ from __future__ import annotations
 from uuid import UUID
 
 from app.db.session import Sessions
-from app.domain.chat import chat_settings, context_window
-from app.domain.chat.context_window import Fitted, Room
-from app.domain.chat.limits import ReplyLimits
-from app.domain.chat.prompts import Branch
+from app.domain.chat.prompts import window as context_window
+from app.domain.chat.prompts.turns import Branch
+from app.domain.chat.prompts.window import Fitted, Room
+from app.domain.chat.replies.limits import ReplyLimits
 from app.domain.chat.schemas import ContextLimits, ReplyOptions
+from app.domain.chat.settings import service as chat_settings
 from app.domain.errors import InvalidInputError, UnavailableError
 from app.engine.base import Engine, EngineUnavailableError, SamplingParams
 

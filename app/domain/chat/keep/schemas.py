@@ -6,7 +6,7 @@ included (edited questions, regenerated replies), each with its end state and ti
 keeps the tree (app/domain/chat/tree.py): each message's `id` and the `parent_id` it follows, and
 the conversation's `current_leaf_id`, the end of the branch shown. Version 1 (before branches) was
 one line, regenerated replies marked `replaced_at`; import still reads it. A reply's
-`window_start_id` says what the model saw of the history for it (app/domain/chat/context_window.py). Both are read back
+`window_start_id` says what the model saw of the history for it (app/domain/chat/prompts/window.py). Both are read back
 strictly (`forbid_unknown_fields`, time zones required, bounded sizes, the tag `version` picking
 the shape): a file that is not exactly an export is refused, saying where.
 """

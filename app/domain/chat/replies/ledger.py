@@ -8,7 +8,7 @@ from uuid import UUID
 
 from app.db.cancel_channel import CancelChannel
 from app.db.session import Sessions, transaction
-from app.domain.chat import reply_rows
+from app.domain.chat.replies import rows as reply_rows
 from app.domain.quotas import counter
 from app.domain.quotas.service import Quotas
 from app.streaming.generation import Outcome

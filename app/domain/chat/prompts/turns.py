@@ -11,14 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Sessions, transaction
 from app.domain.accounts.models import User
-from app.domain.chat.branches import NotEditableError, branch_to, load_tree
-from app.domain.chat.chat_settings import NO_SETTINGS, as_settings
-from app.domain.chat.context_window import Said
-from app.domain.chat.conversations import DEFAULT_TITLE, ConversationNotFoundError
+from app.domain.chat.conversations.branches import NotEditableError, branch_to, load_tree
+from app.domain.chat.conversations.store import DEFAULT_TITLE, ConversationNotFoundError
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
-from app.domain.chat.reply_rows import NotRegenerableError
-from app.domain.chat.settings_models import ConversationSettings
-from app.domain.chat.settings_schemas import ChatSettings
+from app.domain.chat.prompts.window import Said
+from app.domain.chat.replies.rows import NotRegenerableError
+from app.domain.chat.settings.models import ConversationSettings
+from app.domain.chat.settings.schemas import ChatSettings
+from app.domain.chat.settings.service import NO_SETTINGS, as_settings
 from app.domain.chat.tree import Tree
 from app.domain.errors import NotLoggedInError
 from app.streaming.events import Status
@@ -50,7 +50,7 @@ def previous_window(path: list[Message]) -> UUID | None:
 
 @dataclass(frozen=True, slots=True)
 class Branch:
-    """What a reply's prompt is fitted from (app/domain/chat/context_window.py)."""
+    """What a reply's prompt is fitted from (app/domain/chat/prompts/window.py)."""
 
     history: list[Said]  # the branch before the question, oldest first
     question: Said  # the question (stored, or about to be)

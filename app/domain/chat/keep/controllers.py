@@ -22,8 +22,10 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
-from app.domain.chat import export, importing, ratings, search
-from app.domain.chat.archive_schemas import (
+from app.domain.chat.conversations.service import ConversationService
+from app.domain.chat.conversations.store import ConversationNotFoundError
+from app.domain.chat.keep import export, importing, ratings, search
+from app.domain.chat.keep.schemas import (
     EXPORT_RESPONSE,
     MAX_IMPORT_BYTES,
     RateReply,
@@ -31,10 +33,8 @@ from app.domain.chat.archive_schemas import (
     SearchResult,
     SearchSnippet,
 )
-from app.domain.chat.conversation_service import ConversationService
-from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.models import ReplyRating
-from app.domain.chat.replies import NotFoundError
+from app.domain.chat.replies.service import NotFoundError
 from app.domain.chat.schemas import ConversationResponse
 from app.domain.json_input import text_problem
 from app.domain.refusals import documented

@@ -30,10 +30,18 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
-from app.domain.chat import branches, conversations, fitting, reply_rows
-from app.domain.chat.conversation_service import ConversationService
-from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService, TooManyRepliesError
-from app.domain.chat.reply_frames import page_sse
+from app.domain.chat.conversations import branches
+from app.domain.chat.conversations import store as conversations
+from app.domain.chat.conversations.service import ConversationService
+from app.domain.chat.prompts import fitting
+from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.replies.frames import page_sse
+from app.domain.chat.replies.service import (
+    NotFoundError,
+    ReplyEvents,
+    ReplyService,
+    TooManyRepliesError,
+)
 from app.domain.chat.schemas import (
     CancelReply,
     ClientMetrics,
@@ -95,7 +103,7 @@ CANCEL_WAIT_S = 5.0
 
 
 def event_stream(reply: ReplyEvents) -> Stream:
-    """The reply's events as the page's server-sent events (app/domain/chat/reply_frames.py)."""
+    """The reply's events as the page's server-sent events (app/domain/chat/replies/frames.py)."""
     return sse_response(reply.events, functools.partial(page_sse, message_id=reply.message_id))
 
 

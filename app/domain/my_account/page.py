@@ -1,6 +1,6 @@
 """The account page (`/account`): the user's own password, sessions, export, who looked at their
 conversations, and deleting the account. The page is a shell; static/js/account-page.js fills it
-from the account API (app/domain/account/api.py)."""
+from the account API (app/domain/my_account/api.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Storing the token counts the fitting made (app/domain/chat/context_window.py): each message is
+"""Storing the token counts the fitting made (app/domain/chat/prompts/window.py): each message is
 counted once, by the engine, and its count kept; rows written before counts were kept get theirs
 at their next use."""
 

@@ -1,6 +1,6 @@
 """A user's conversations as their pages see them: created, imported, renamed, filed (pinned or
 archived), deleted and switched to another version, each change told, once committed, to every
-open page of that user (app/domain/chat/push_events.py).
+open page of that user (app/domain/chat/push/events.py).
 
 With ReplyService (a reply started or ended, a chat named by its first message), this is where
 push events are published: the routes only call it, so every way in publishes the same events.
@@ -11,10 +11,12 @@ from __future__ import annotations
 from uuid import UUID
 
 from app.db.session import Sessions
-from app.domain.chat import branches, conversations, importing
-from app.domain.chat.archive_schemas import ConversationExport
+from app.domain.chat.conversations import branches
+from app.domain.chat.conversations import store as conversations
+from app.domain.chat.keep import importing
+from app.domain.chat.keep.schemas import ConversationExport
 from app.domain.chat.models import Conversation
-from app.domain.chat.push_events import (
+from app.domain.chat.push.events import (
     BranchShown,
     ConversationCreated,
     ConversationDeleted,
@@ -39,7 +41,7 @@ class ConversationService:
         return created
 
     async def import_export(self, user_id: UUID, export: ConversationExport) -> Conversation:
-        """A JSON export as a new conversation of the user's (app/domain/chat/importing.py)."""
+        """A JSON export as a new conversation of the user's (app/domain/chat/keep/importing.py)."""
         imported = await importing.import_conversation(self.sessions, user_id, export)
         self.push.publish(user_id, ConversationCreated(str(imported.id), imported.title))
         return imported

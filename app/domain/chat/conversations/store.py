@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, Select, delete, func, select, tuple_, upda
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.models import Conversation, ConversationSource, Message
-from app.domain.chat.settings_models import start_from_defaults
+from app.domain.chat.settings.models import start_from_defaults
 from app.domain.chat.tree import Tree
 from app.domain.errors import DomainError
 
@@ -263,7 +263,7 @@ async def list_messages(
     sessions: Sessions, user_id: UUID, conversation_id: UUID
 ) -> list[Message] | None:
     """The conversation's messages on the branch it shows, oldest first (the other versions left
-    out: app/domain/chat/branches.py), or None when it is not the user's (or not there)."""
+    out: app/domain/chat/conversations/branches.py), or None when it is not the user's (or not there)."""
     async with transaction(sessions) as session:
         conversation = await session.scalar(
             select(Conversation).where(

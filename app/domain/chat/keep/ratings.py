@@ -14,9 +14,9 @@ from sqlalchemy import delete, select
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.db.upsert import upsert
-from app.domain.chat.conversations import owned_conversation_ids
+from app.domain.chat.conversations.store import owned_conversation_ids
 from app.domain.chat.models import Conversation, Message, MessageRole, Rating, ReplyRating
-from app.domain.chat.replies import NotFoundError
+from app.domain.chat.replies.service import NotFoundError
 
 MAX_COMMENT_CHARS = 2000
 

@@ -4,7 +4,7 @@ A page conversation starts with a copy of its owner's defaults (settings_models.
 `start_from_defaults`, in the transaction that creates it), so changing the defaults later leaves existing conversations as
 they are. Every turn of a conversation (send and regenerate, on every transport) uses its settings:
 the request's own sampling fields first, then the conversation's, then the model's defaults
-(`ReplyLimits.sampling`); its system prompt goes first in the prompt (app/domain/chat/prompts.py).
+(`ReplyLimits.sampling`); its system prompt goes first in the prompt (app/domain/chat/prompts/turns.py).
 Settings are checked as a request's sampling fields are, by the same `ReplyLimits`.
 """
 
@@ -19,12 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.db.upsert import upsert
-from app.domain.chat import conversations
-from app.domain.chat.limits import MODEL_DEFAULTS, ReplyLimits, overlay
+from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation
+from app.domain.chat.replies.limits import MODEL_DEFAULTS, ReplyLimits, overlay
 from app.domain.chat.schemas import ReplyOptions
-from app.domain.chat.settings_models import ConversationSettings, UserChatDefaults
-from app.domain.chat.settings_schemas import ChatSettings, SettingsView
+from app.domain.chat.settings.models import ConversationSettings, UserChatDefaults
+from app.domain.chat.settings.schemas import ChatSettings, SettingsView
 from app.domain.errors import InvalidInputError
 
 SettingsRow = ConversationSettings | UserChatDefaults

@@ -1,4 +1,4 @@
-"""The reply service's own refusals (app/domain/chat/replies.py), apart so that the routes and the
+"""The reply service's own refusals (app/domain/chat/replies/service.py), apart so that the routes and the
 other services that raise them need not import the service."""
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import msgspec
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
-from app.domain.chat.archive_schemas import (
+from app.domain.chat.conversations.store import clean_title
+from app.domain.chat.keep.schemas import (
     ACCOUNT_EXPORT_FORMAT,
     AccountExport,
     AnyConversationExport,
@@ -26,7 +27,6 @@ from app.domain.chat.archive_schemas import (
     ExportedMessage,
     ExportFormatOnly,
 )
-from app.domain.chat.conversations import clean_title
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
 from app.domain.chat.tree import Tree
 from app.domain.errors import InvalidInputError
@@ -56,7 +56,7 @@ def decode_export(body: bytes) -> ConversationExport:
 
 
 def decode_account_export(body: bytes) -> list[ConversationExport]:
-    """Every conversation of an account export (app/domain/chat/export.py), each checked as
+    """Every conversation of an account export (app/domain/chat/keep/export.py), each checked as
     `decode_export` checks one; ImportRefusedError saying where the file is wrong."""
     try:
         bundle = msgspec.json.decode(body, type=AccountExport)

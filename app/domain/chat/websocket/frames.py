@@ -3,8 +3,8 @@
 The client's are request structs of the chat protocol (app/domain/chat/schemas.py), each with a
 `client_ref` of its own choosing that the server's answer echoes: the `start` of the reply it
 asked for, or the `rejected` that refuses it. The server's are a reply's events (the same structs
-as the SSE stream's: app/domain/chat/reply_frames.py), `ping` when idle, `rejected`, and, once the
-page has subscribed, its user's push events (app/domain/chat/push_events.py) as `event` frames.
+as the SSE stream's: app/domain/chat/replies/frames.py), `ping` when idle, `rejected`, and, once the
+page has subscribed, its user's push events (app/domain/chat/push/events.py) as `event` frames.
 
 `read_frame` decodes a text frame with one msgspec decoder. A frame it cannot serve raises
 `BadFrameError` carrying the frame's `client_ref` when that can be echoed; the answers are those
@@ -21,8 +21,8 @@ from uuid import UUID
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from app.domain.chat.push_events import PushEvent
-from app.domain.chat.reply_frames import PageFrame
+from app.domain.chat.push.events import PushEvent
+from app.domain.chat.replies.frames import PageFrame
 from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, SendTurn
 from app.domain.errors import InvalidInputError
 from app.domain.json_input import TOO_DEEP, BadJsonError, decode_frame, text_problem
@@ -56,7 +56,7 @@ class ResumeFrame(ResumeReply, tag_field="type", tag="resume", forbid_unknown_fi
 
 
 class SubscribeFrame(msgspec.Struct, tag_field="type", tag="subscribe", forbid_unknown_fields=True):
-    """Make this socket its page's push channel (app/domain/chat/push_events.py)."""
+    """Make this socket its page's push channel (app/domain/chat/push/events.py)."""
 
     client_ref: str | None = None
 

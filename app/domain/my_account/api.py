@@ -21,14 +21,6 @@ from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.db.session import Sessions
-from app.domain.account import service
-from app.domain.account.schemas import (
-    LookResponse,
-    PasswordChange,
-    PasswordConfirmation,
-    SessionResponse,
-    SessionsEnded,
-)
 from app.domain.accounts import browser_sessions, management
 from app.domain.accounts.access import AccessCache
 from app.domain.accounts.authentication import ACCESS_STATE_KEY, LIVE_SESSIONS_STATE_KEY
@@ -39,11 +31,19 @@ from app.domain.accounts.login import EPOCH_KEY, client_address, logout, rotate,
 from app.domain.accounts.models import BrowserSession, User
 from app.domain.accounts.ratelimit import AuthLimits, TooManyAttemptsError
 from app.domain.accounts.user_agents import browser_name
-from app.domain.chat import export, importing
-from app.domain.chat.archive_schemas import ACCOUNT_EXPORT_RESPONSE, MAX_ACCOUNT_IMPORT_BYTES
-from app.domain.chat.conversation_service import ConversationService
+from app.domain.chat.conversations.service import ConversationService
+from app.domain.chat.keep import export, importing
+from app.domain.chat.keep.schemas import ACCOUNT_EXPORT_RESPONSE, MAX_ACCOUNT_IMPORT_BYTES
 from app.domain.chat.schemas import ConversationResponse
 from app.domain.chat.sign_outs import SignOuts
+from app.domain.my_account import service
+from app.domain.my_account.schemas import (
+    LookResponse,
+    PasswordChange,
+    PasswordConfirmation,
+    SessionResponse,
+    SessionsEnded,
+)
 from app.domain.refusals import documented
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """`GET /api/events`: the page's push channel when it streams over SSE (over the WebSocket, the
-same events ride on the socket after a `subscribe` frame: app/domain/chat/websocket.py). Server-sent events named after the
-event (`reply_started`, `conversation_renamed`, ...; app/domain/chat/push_events.py), with keepalive
+same events ride on the socket after a `subscribe` frame: app/domain/chat/websocket/routes.py). Server-sent events named after the
+event (`reply_started`, `conversation_renamed`, ...; app/domain/chat/push/events.py), with keepalive
 comments when idle; no ids, since a page that reconnects refetches what it shows (`resync`)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.login import EPOCH_KEY, session_row
 from app.domain.accounts.models import User
-from app.domain.chat.push_events import PushEvent
+from app.domain.chat.push.events import PushEvent
 from app.domain.chat.sign_outs import SignOuts
 from app.domain.sse import SSE_KEEPALIVE, STREAM_HEADERS
 from app.settings import Settings

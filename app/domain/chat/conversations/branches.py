@@ -8,7 +8,7 @@ shown.
 
 The writes start, like `write_turn`, with a conditional UPDATE of the conversation (which also moves
 its leaf), never a read, so a racing DELETE either waits for them or wins outright
-(ConversationNotFoundError); see app/domain/chat/reply_rows.py.
+(ConversationNotFoundError); see app/domain/chat/replies/rows.py.
 """
 
 from __future__ import annotations
@@ -21,16 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
-from app.domain.chat.context_window import Fitted
-from app.domain.chat.conversations import ConversationNotFoundError
+from app.domain.chat.conversations.store import ConversationNotFoundError
 from app.domain.chat.models import Conversation, Message
-from app.domain.chat.reply_rows import (
-    NotRegenerableError,
-    new_reply,
-    take_conversation,
-    turn_rows,
-)
-from app.domain.chat.token_counts import store_counts
+from app.domain.chat.prompts.token_counts import store_counts
+from app.domain.chat.prompts.window import Fitted
+from app.domain.chat.replies.rows import NotRegenerableError
+from app.domain.chat.replies.turn_rows import new_reply, take_conversation, turn_rows
 from app.domain.chat.tree import Tree
 from app.domain.errors import DomainError
 from app.streaming.events import Status

@@ -3,7 +3,7 @@
     GET/PUT /api/conversations/{id}/settings     (another user's id answers 404)
     GET/PUT /api/account/chat-defaults
 
-Routes only translate (app/domain/chat/chat_settings.py does the work); a value out of range is
+Routes only translate (app/domain/chat/settings/service.py does the work); a value out of range is
 refused as a reply request's would be (400, through the app's exception map).
 """
 
@@ -20,9 +20,9 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
-from app.domain.chat import chat_settings
-from app.domain.chat.replies import ReplyService
-from app.domain.chat.settings_schemas import ChatSettings, SettingsView
+from app.domain.chat.replies.service import ReplyService
+from app.domain.chat.settings import service as chat_settings
+from app.domain.chat.settings.schemas import ChatSettings, SettingsView
 
 READ = [NotAuthorizedException, NotFoundException]
 WRITE = [*READ, PermissionDeniedException]

@@ -1,0 +1,1 @@
+"""A user's conversations: stored, listed, renamed, branched, and their HTTP routes."""

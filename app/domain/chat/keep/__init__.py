@@ -1,0 +1,1 @@
+"""Finding and keeping conversations: search, export, import and reply ratings."""

@@ -1,0 +1,1 @@
+"""What a user's other pages are told: the events and the SSE channel that carries them."""

@@ -1,0 +1,1 @@
+"""Chat settings: a conversation's and a user's defaults, stored, checked and served."""

@@ -1,0 +1,1 @@
+"""The page's WebSocket: its frames both ways and its route."""
