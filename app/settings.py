@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -176,11 +176,24 @@ class Settings:
     signup_max_per_address: int = env("SIGNUP_MAX_PER_ADDRESS", 10)
     # Key prefix in SESSION_STORE_URL's Redis
     rate_limit_namespace: str = env("RATE_LIMIT_NAMESPACE", "streamchat-ratelimit")
+    # Proxies trusted for X-Forwarded-For/-Proto and the trusted sign-in header, judged on the
+    # connection's own peer (app/web/proxy_peer.py); the same variable uvicorn reads
+    forwarded_allow_ips: tuple[str, ...] = env("FORWARDED_ALLOW_IPS", ("127.0.0.1", "::1"))
+    # A header a trusted proxy (oauth2-proxy, Authelia...) signs users in by, naming their email:
+    # honoured only from FORWARDED_ALLOW_IPS (app/domain/accounts/trusted_header.py). None: off
+    auth_trusted_email_header: str | None = env("AUTH_TRUSTED_EMAIL_HEADER", None)
     # GET /metrics needs `Authorization: Bearer <token>` when set
     metrics_token: str | None = env("METRICS_TOKEN", None)
     # Live replies (running or waiting in the engine) one user may have in this process; more are
     # refused with 429 / a `rejected` frame, so that one user cannot fill every engine slot. 0: off.
     max_replies_per_user: int = env("MAX_REPLIES_PER_USER", 8)
+    # Push channels (WebSocket subscriptions and GET /api/events) one user may have open in this
+    # process; a new one past it ends the oldest with a `resync` (reason "evicted"). 0: no cap.
+    push_max_channels_per_user: int = env("PUSH_MAX_CHANNELS_PER_USER", 16)
+    # Tokens (prompt + completion, as the engine counts them) one user may use per UTC day and
+    # per UTC month; 0: no limit. An admin overrides them per user (app/domain/quotas/).
+    quota_tokens_per_day: Annotated[int, msgspec.Meta(ge=0)] = env("QUOTA_TOKENS_PER_DAY", 0)
+    quota_tokens_per_month: Annotated[int, msgspec.Meta(ge=0)] = env("QUOTA_TOKENS_PER_MONTH", 0)
     # Longest a client's `final` waits for the reply to be saved
     final_save_wait_s: float = env("FINAL_SAVE_WAIT_S", 5.0)
 

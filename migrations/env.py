@@ -23,10 +23,11 @@ from app.db.migrate import VERSION_TABLE
 from app.domain.accounts import models as accounts_models
 from app.domain.chat import models as chat_models
 from app.domain.chat import settings_models as chat_settings_models
+from app.domain.quotas import models as quota_models
 
 # Every model, registered here so that `Base.metadata` holds the whole schema for autogenerate:
 # the domain packages own their models, and the database layer never imports them.
-REGISTERED_MODELS = (accounts_models, chat_models, chat_settings_models)
+REGISTERED_MODELS = (accounts_models, chat_models, chat_settings_models, quota_models)
 
 config = context.config
 target_metadata = Base.metadata

@@ -22,6 +22,7 @@ from app.domain.accounts.ratelimit import (
     TooManyAttemptsError,
     reserve_all,
 )
+from app.web.session_store import redis_client
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -32,7 +33,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[AttemptStore]:
         yield MemoryAttemptStore()
         return
     namespace = f"streamchat-test-limits-{secrets.token_hex(4)}"
-    redis_store = RedisAttemptStore(REDIS_URL, namespace)
+    redis_store = RedisAttemptStore(redis_client(REDIS_URL), namespace)
     try:
         yield redis_store
     finally:

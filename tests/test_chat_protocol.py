@@ -104,7 +104,10 @@ def test_the_openapi_document_describes_the_answers(tmp_path: Any) -> None:
         return schema
 
     conversation = answer("/api/conversations", "post", "201")
-    assert set(conversation["required"]) == {"id", "title", "source", "created_at", "updated_at"}
+    assert set(conversation["required"]) == {
+        *("id", "title", "source", "created_at", "updated_at"),
+        *("pinned_at", "archived_at"),  # null unless pinned, archived
+    }
     listed = answer("/api/conversations", "get", "200")
     assert listed["type"] == "array" and listed["items"]["$ref"].endswith("ConversationResponse")
     read = answer("/api/conversations/{conversation_id}", "get", "200")
@@ -117,3 +120,13 @@ def test_the_openapi_document_describes_the_answers(tmp_path: Any) -> None:
     assert set(stopped["properties"]) == {"message_id", "status"}
     models = answer("/v1/models", "get", "200")
     assert models["properties"]["data"]["items"]["$ref"].endswith("ModelCard")
+
+    # A send names the message it follows (409: something follows it already).
+    send = document["paths"]["/api/conversations/{conversation_id}/messages"]["post"]
+    body = send["requestBody"]["content"]["application/json"]["schema"]
+    body = components[body["$ref"].rsplit("/", 1)[1]] if "$ref" in body else body
+    assert "parent_id" in body["properties"] and "parent_id" not in body.get("required", [])
+    assert {"404", "409"} <= set(send["responses"])
+    # /v1: messages over the context are OpenAI's `context_length_exceeded`.
+    completions = document["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert "context_length_exceeded" in completions["400"]["description"]

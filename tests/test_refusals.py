@@ -4,6 +4,8 @@ and the routes' `raises=` document the same statuses."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from litestar import Litestar, Router, get
 from litestar.exceptions import NotFoundException, ServiceUnavailableException
 from litestar.testing import TestClient
@@ -11,13 +13,23 @@ from litestar.testing import TestClient
 from app.domain.accounts.ratelimit import TooManyAttemptsError
 from app.domain.chat.conversations import ConversationNotFoundError
 from app.domain.chat.frames import BadFrameError
-from app.domain.chat.replies import NotFoundError, TooManyRepliesError
+from app.domain.chat.replies import NotFoundError, TooManyRepliesError, context_refusal
 from app.domain.chat.reply_rows import NotRegenerableError
 from app.domain.chat.websocket import rejection
-from app.domain.errors import DomainError, EngineRefusedError, InvalidInputError, UnavailableError
+from app.domain.errors import (
+    ContextLengthExceededError,
+    DomainError,
+    EngineRefusedError,
+    InvalidInputError,
+    UnavailableError,
+)
 from app.domain.json_input import BadJsonError
 from app.domain.openai.controllers import openai_router
+from app.domain.openai.errors import context_length_message
+from app.domain.quotas.service import QuotaExceededError
 from app.domain.refusals import ConflictError, documented
+from app.engine.base import PromptTooLongError
+from app.engine.trtllm.limits import PromptOverBatchError
 from app.web.errors import EXCEPTION_HANDLERS
 
 CASES = {
@@ -36,6 +48,11 @@ CASES = {
 }
 
 
+TOO_LONG = ContextLengthExceededError(
+    "prompt is 2100 tokens but the model's context holds 2048", 2100, 2048, reply_room=True
+)
+
+
 def raising(name: str, exc: Exception):  # type: ignore[no-untyped-def]
     @get(f"/{name}", name=f"raise-{name}", sync_to_thread=False)
     def handler() -> None:
@@ -48,11 +65,27 @@ def make_app() -> Litestar:
     handlers = [raising(name, exc) for name, (exc, _, _) in CASES.items()]
     v1 = Router(
         "/v1",
-        route_handlers=[raising(name, exc) for name, (exc, _, _) in CASES.items()],
+        route_handlers=[
+            *(raising(name, exc) for name, (exc, _, _) in CASES.items()),
+            raising("too-long", TOO_LONG),
+        ],
         exception_handlers=openai_router.exception_handlers,
     )
     limited = raising("limited", TooManyAttemptsError(12.2))
-    return Litestar([*handlers, limited, v1], exception_handlers=EXCEPTION_HANDLERS)
+    too_long = raising("too-long", TOO_LONG)
+    quota = [raising("quota", USED_UP)]
+    v1_quota = Router("/v1q", route_handlers=quota, exception_handlers=v1.exception_handlers)
+    return Litestar(
+        [*handlers, limited, too_long, v1, *quota, v1_quota], exception_handlers=EXCEPTION_HANDLERS
+    )
+
+
+USED_UP = QuotaExceededError(
+    "day",
+    10_000,
+    datetime(2026, 12, 3, tzinfo=UTC),
+    now=datetime(2026, 12, 2, 21, 30, tzinfo=UTC),
+)
 
 
 def test_every_domain_error_has_its_status_over_http_v1_and_the_websocket() -> None:
@@ -69,6 +102,71 @@ def test_every_domain_error_has_its_status_over_http_v1_and_the_websocket() -> N
             assert api.json()["error"]["code"] == ("rate_limit_exceeded" if status == 429 else None)
             assert api.json()["error"]["param"] == getattr(exc, "field", None)  # OpenAI's `param`
             assert rejection(exc, "send") == (message, status)
+
+
+def test_a_prompt_over_the_context_is_openais_context_length_exceeded_under_v1() -> None:
+    """Under /v1 in OpenAI's words and shape (clients match on the code); the page keeps the
+    engine's message."""
+    with TestClient(make_app()) as client:
+        api = client.get("/v1/too-long")
+        page = client.get("/too-long")
+    assert api.status_code == 400
+    error = api.json()["error"]
+    assert error == {
+        "message": "This model's maximum context length is 2048 tokens, the messages and at least"
+        " one token of the reply together. However, your messages resulted in 2100 tokens."
+        " Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+    assert page.status_code == 400
+    assert page.json()["detail"] == str(TOO_LONG)
+
+
+def test_every_engines_prompt_limit_is_context_length_exceeded() -> None:
+    """The engines' refusals (app/engine/base.py, TensorRT-LLM's prompt limit in
+    app/engine/trtllm/limits.py) become the one domain error `/v1` answers as OpenAI does,
+    each saying which limit it is."""
+    over_context = context_refusal(PromptTooLongError(2048, 2048))
+    assert (over_context.prompt_tokens, over_context.limit, over_context.reply_room) == (
+        2048,
+        2048,
+        True,
+    )
+    assert str(over_context) == str(PromptTooLongError(2048, 2048))  # the page's words
+    over_batch = context_refusal(PromptOverBatchError(9000, 8192))
+    assert (over_batch.prompt_tokens, over_batch.limit, over_batch.reply_room) == (
+        9000,
+        8192,
+        False,
+    )
+    assert context_length_message(over_batch) == (
+        "This model takes at most 8192 tokens of messages in one request. However, your "
+        "messages resulted in 9000 tokens. Please reduce the length of the messages."
+    )
+
+
+def test_a_used_up_quota_says_when_it_resets_and_v1_says_insufficient_quota() -> None:
+    message = (
+        "you have used your token quota for this day (10,000 tokens): it resets at "
+        "2026-12-03 00:00 UTC (in 2 h 30 min)"
+    )
+    with TestClient(make_app()) as client:
+        page = client.get("/quota")
+        api = client.get("/v1q/quota")
+    assert (page.status_code, page.json()["detail"]) == (429, message)
+    assert page.headers["retry-after"] == "9001"
+    assert api.status_code == 429 and api.headers["retry-after"] == "9001"
+    assert api.json() == {
+        "error": {
+            "message": message,
+            "type": "insufficient_quota",  # as OpenAI's own: its clients raise RateLimitError
+            "param": None,
+            "code": "insufficient_quota",
+        }
+    }
+    assert rejection(USED_UP, "send") == (message, 429)
 
 
 def test_login_limits_keep_their_body_and_retry_after() -> None:

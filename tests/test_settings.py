@@ -55,6 +55,7 @@ def test_unset_and_empty_variables_leave_the_defaults() -> None:
         ("KEEPALIVE_S", "soon", "Expected `float`, got `str`"),
         ("DEBUG", "maybe", "Expected `bool`, got `str`"),
         ("COOKIE_SECURE", "sometimes", "Invalid enum value 'sometimes'"),
+        ("QUOTA_TOKENS_PER_DAY", "-5", "Expected `int` >= 0"),
     ],
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str, problem: str) -> None:

@@ -53,7 +53,35 @@ class EngineRefusedError(DomainError):
     The engine's own errors know nothing of clients; ReplyService turns them into these."""
 
 
+class ContextLengthExceededError(EngineRefusedError):
+    """The prompt does not fit the model's context (with room for one reply token), or is longer
+    than the engine takes in one prompt (`reply_room` False): nothing was cut to make it fit.
+    `/v1` answers it as OpenAI does (`code: "context_length_exceeded"`)."""
+
+    def __init__(self, message: str, prompt_tokens: int, limit: int, *, reply_room: bool) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit
+        self.reply_room = reply_room
+
+
 class UnavailableError(DomainError):
     """The server is not taking replies now (not started, shutting down): try again shortly."""
 
     status = 503
+
+
+class SessionStoreUnavailableError(UnavailableError):
+    """The shared session store (SESSION_STORE_URL's Redis) cannot be reached: no session can be
+    read or written and no log-in attempt counted, so the request is refused (limits fail
+    closed), not guessed at."""
+
+    message = "the session store is unreachable: try again in a moment"
+    retry_after_s = 5
+
+    def __init__(self) -> None:
+        super().__init__(self.message)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}

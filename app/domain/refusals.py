@@ -23,13 +23,15 @@ from litestar.exceptions import (
 from litestar.status_codes import HTTP_409_CONFLICT
 
 from app.db.session import DatabaseBusyError
+from app.db.storage import StorageRefusedError
 from app.domain.errors import DomainError
 
-DOMAIN_ERRORS: tuple[type[Exception], ...] = (DomainError, DatabaseBusyError)
+DOMAIN_ERRORS: tuple[type[Exception], ...] = (DomainError, DatabaseBusyError, StorageRefusedError)
 """The classes the transports install their handlers for: Litestar finds a handler by walking the
 error's MRO (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py).
 `DatabaseBusyError` is the database layer's (which knows nothing of clients): a database that
-stayed locked is the server's state, not a bug, so a 503 that says when to try again."""
+stayed locked is the server's state, not a bug, so a 503 that says when to try again; so is
+`StorageRefusedError`, a database out of space or read-only (app/db/storage.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,8 @@ def refusal_for(exc: BaseException) -> Refusal | None:
     if isinstance(exc, DomainError):
         return Refusal(exc.status, exc.public_message, exc.headers)
     if isinstance(exc, DatabaseBusyError):
+        return Refusal(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
+    if isinstance(exc, StorageRefusedError):
         return Refusal(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
     return None
 

@@ -39,10 +39,11 @@ class CancelCause(StrEnum):
     DISCONNECT = "disconnect"  # the client left and did not come back within the grace period
     DEADLINE = "deadline"  # the client took nothing for too long while text was pending
     SHUTDOWN = "shutdown"  # the server is stopping
+    SIGNED_OUT = "signed_out"  # the account was disabled, deleted or its password reset
 
     @property
     def status(self) -> Status:
-        if self in (CancelCause.USER, CancelCause.ADMIN):
+        if self in (CancelCause.USER, CancelCause.ADMIN, CancelCause.SIGNED_OUT):
             return Status.CANCELLED
         if self is CancelCause.SHUTDOWN:
             return Status.INTERRUPTED

@@ -34,6 +34,8 @@ from app.streaming.saving import FinalSaver
 
 log = logging.getLogger(__name__)
 
+FLUSH_FAILURE_LOG_EVERY = 30  # while flushes keep failing, one line per this many
+
 
 @dataclass(frozen=True, slots=True)
 class ReplyRequest:
@@ -193,26 +195,39 @@ class GenerationManager:
 
     # -- background duties --------------------------------------------------------------------
 
-    async def flush(self) -> None:
-        """Save the partial text of every reply that grew since its last save, in one batch."""
+    async def flush(self) -> int:
+        """Save the partial text of every reply that grew since its last save, in one batch;
+        returns how many replies were saved."""
         dirty = [
             g for g in self._live.values() if g.outcome is None and g.length > g.flushed_length
         ]
         if not dirty:
-            return
+            return 0
         batch = [Progress(g.message_id, g.text(), g.tokens) for g in dirty]
         await self.ledger.save_progress(batch)
         for generation, progress in zip(dirty, batch, strict=True):
             generation.flushed_length = len(progress.text)
+        return len(batch)
 
     async def _flush_loop(self) -> None:
+        failing = 0  # flushes failed in a row: the first gets its traceback, the rest one line
         while True:
             await asyncio.sleep(self.flush_interval_s)
             try:
-                await self.flush()
-            except Exception:
+                saved = await self.flush()
+            except Exception as exc:
                 metrics.FLUSH_FAILURES.inc()
-                log.exception("flushing partial replies failed; retrying next tick")
+                failing += 1
+                if failing == 1:
+                    log.exception("flushing partial replies failed; retrying next tick")
+                elif failing % FLUSH_FAILURE_LOG_EVERY == 0:
+                    log.warning(
+                        "flushing partial replies still fails (%d in a row): %s", failing, exc
+                    )
+            else:
+                if failing and saved:
+                    log.warning("flushing partial replies works again after %d failures", failing)
+                    failing = 0
 
     async def _watchdog_loop(self) -> None:
         period = max(0.05, min(1.0, self.client_deadline_s / 4))

@@ -92,6 +92,21 @@ FLUSH_FAILURES = Counter(
     "Failed batched flushes of partial replies (the next tick retries).",
     registry=REGISTRY,
 )
+DATABASE_REFUSING_WRITES = Gauge(
+    "streamchat_database_refusing_writes",
+    "1 while the database refuses writes for want of storage (disk full, or read-only), by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+
+def storage_changed(kind: str | None) -> None:
+    """`StorageHealth.on_change` (app/db/storage.py): the gauge above follows it."""
+    for each in ("full", "read-only"):
+        DATABASE_REFUSING_WRITES.labels(kind=each).set(1 if kind == each else 0)
+
+
+storage_changed(None)  # both series exist, at 0, from the first scrape
 
 
 class EngineCollector(Collector):

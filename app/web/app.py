@@ -24,17 +24,17 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
-from litestar.stores.base import Store
-from litestar.stores.memory import MemoryStore
-from litestar.stores.redis import RedisStore
 from litestar.template.config import TemplateConfig
 
-from app.domain.accounts.access import AccessCache
+from app.domain.account.api import AccountApi
+from app.domain.account.page import account_page
 from app.domain.accounts.authentication import (
     ACCESS_STATE_KEY,
+    LIVE_SESSIONS_STATE_KEY,
     SESSIONS_STATE_KEY,
     SessionAuthenticationMiddleware,
 )
+from app.domain.accounts.browser_sessions import SESSION_MAX_AGE, LiveSessions
 from app.domain.accounts.controllers import ApiKeyController, AuthController
 from app.domain.accounts.guards import admin_guard
 from app.domain.accounts.ratelimit import (
@@ -43,6 +43,7 @@ from app.domain.accounts.ratelimit import (
     MemoryAttemptStore,
     RedisAttemptStore,
 )
+from app.domain.accounts.trusted_header import TrustedHeaderSignIn
 from app.domain.admin.controllers import AdminApiController
 from app.domain.admin.pages import AdminPages
 from app.domain.admin.users_api import AdminUsersApi
@@ -53,6 +54,7 @@ from app.domain.chat.push_routes import user_events
 from app.domain.chat.settings_controllers import settings_router
 from app.domain.chat.websocket import chat_socket
 from app.domain.openai.controllers import openai_router
+from app.domain.quotas.controllers import quota_router
 from app.domain.refusals import DOMAIN_ERRORS
 from app.engine import Engine
 from app.settings import Settings
@@ -61,26 +63,28 @@ from app.web.client_input import HTTP_CLIENT_CLOSED_REQUEST, SafeRequest
 from app.web.dependencies import app_dependencies
 from app.web.errors import EXCEPTION_HANDLERS, all_subclasses
 from app.web.metrics import metrics_endpoint
+from app.web.proxy_peer import ProxyPeer
 from app.web.security import security_headers_hook
 from app.web.services import Services
+from app.web.session_store import (
+    STORE_ERRORS,
+    STORE_EXCEPTION_HANDLERS,
+    redis_client,
+    session_store,
+)
 from app.web.sessions import RotatingSessionConfig
 from app.web.turns import UserWriteTurns
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SESSION_MAX_AGE_S = 14 * 24 * 3600
-
-
-def session_store(settings: Settings) -> Store:
-    """Server-side sessions live in memory, or in Redis when replicas must share them."""
-    if settings.session_store_url:
-        return RedisStore.with_client(settings.session_store_url, namespace="streamchat-sessions")
-    return MemoryStore()
+SESSION_MAX_AGE_S = int(SESSION_MAX_AGE.total_seconds())
+PROBES = ["^/healthz$", "^/readyz$"]  # liveness and readiness: no session, no user
 
 
 def attempt_store(settings: Settings) -> AttemptStore:
     """Log-in and sign-up attempts are counted where the sessions live: shared between replicas."""
     if settings.session_store_url:
-        return RedisAttemptStore(settings.session_store_url, settings.rate_limit_namespace)
+        client = redis_client(settings.session_store_url)
+        return RedisAttemptStore(client, settings.rate_limit_namespace)
     return MemoryAttemptStore()
 
 
@@ -94,6 +98,14 @@ def auth_limits(settings: Settings) -> AuthLimits:
         signup_window_s=settings.signup_window_s,
         signup_max_per_address=settings.signup_max_per_address,
     )
+
+
+def trusted_sign_in(settings: Settings) -> list[TrustedHeaderSignIn]:
+    """Sign-in by a trusted proxy's header, when AUTH_TRUSTED_EMAIL_HEADER names one."""
+    if not settings.auth_trusted_email_header:
+        return []
+    exclude = ("^/v1/", *PROBES, "^/static/")  # API keys; probes; files
+    return [TrustedHeaderSignIn(settings.auth_trusted_email_header, settings.signup_mode, exclude)]
 
 
 def openapi_config() -> OpenAPIConfig:
@@ -138,19 +150,24 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         services = Services.build(settings, engine)
         app.state.services = services
         app.state[SESSIONS_STATE_KEY] = services.sessions  # for auth and guards (no DI there)
-        app.state[ACCESS_STATE_KEY] = access = AccessCache(services.sessions)
+        app.state[ACCESS_STATE_KEY] = services.access  # shared with the sign-out check
+        app.state[LIVE_SESSIONS_STATE_KEY] = live_sessions = LiveSessions(services.sessions)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
         try:
             yield
         finally:
-            await access.close()
+            await live_sessions.close()
             await services.stop()
             await limits.store.close()
             flush_log_queue()
 
     session_config = RotatingSessionConfig(
-        max_age=SESSION_MAX_AGE_S, samesite="lax", httponly=True, store="sessions"
+        max_age=SESSION_MAX_AGE_S,
+        samesite="lax",
+        httponly=True,
+        store="sessions",
+        exclude=PROBES,  # alive and ready whatever the session store's state
     )
     csrf_config = CSRFConfig(
         secret=settings.secret_key,
@@ -165,14 +182,17 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             pages.login_page,
             pages.signup_page,
             pages.reset_page,
+            account_page,
             pages.healthz,
             pages.readyz,
             metrics_endpoint,
             AuthController,
             ApiKeyController,
+            AccountApi,
             chat_router,
             user_events,
             settings_router,
+            quota_router,
             archive_router,
             AdminApiController,
             AdminPages,
@@ -183,21 +203,24 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             create_static_files_router(path="/static", directories=[PROJECT_ROOT / "static"]),
         ],
         dependencies=app_dependencies(),
-        exception_handlers=EXCEPTION_HANDLERS,  # domain errors -> HTTP (app/domain/refusals.py)
+        # domain errors -> HTTP (app/domain/refusals.py); the session store away -> 503
+        exception_handlers={**EXCEPTION_HANDLERS, **STORE_EXCEPTION_HANDLERS},
         lifespan=[lifespan],
         request_class=SafeRequest,  # bad JSON bodies are 400s, a client gone mid-body a quiet 499
         middleware=[
+            ProxyPeer(settings.forwarded_allow_ips),  # before anything reads the client address
             session_config.middleware,
+            *trusted_sign_in(settings),
             # `connection.user`: the session's user; `/v1` authenticates by API key instead
             # (its router's own middleware, app/domain/openai/controllers.py).
-            DefineMiddleware(SessionAuthenticationMiddleware, exclude="^/v1/"),
+            DefineMiddleware(SessionAuthenticationMiddleware, exclude=["^/v1/", *PROBES]),
             UserWriteTurns(),  # one user's burst of writes does not hold up the others
         ],
         csrf_config=csrf_config,
         before_send=[security_headers_hook(settings.cookie_secure)],
         openapi_config=openapi_config(),
         state=State({"metrics_token": settings.metrics_token}),
-        stores={"sessions": session_store(settings)},
+        stores={"sessions": session_store(settings.session_store_url)},
         template_config=TemplateConfig(
             directory=PROJECT_ROOT / "templates",
             engine=JinjaTemplateEngine,
@@ -208,7 +231,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             log_exceptions="always",
             disable_stack_trace={400, 401, 403, 404, 405, 409, 413, 422, 429, 503}
             | {HTTP_CLIENT_CLOSED_REQUEST}  # client errors, and clients gone
-            | all_subclasses(DOMAIN_ERRORS),  # refusals (Litestar matches the exact class)
+            | all_subclasses(DOMAIN_ERRORS)  # refusals (Litestar matches the exact class)
+            | all_subclasses(STORE_ERRORS),  # the session store away: logged in one line
         ),
         debug=settings.debug,
     )

@@ -13,10 +13,13 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 
 from app.db.session import Sessions
+from app.db.storage import StorageHealth
 from app.domain.accounts.ratelimit import AuthLimits
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
+from app.domain.chat.sign_outs import SignOuts
+from app.domain.quotas.service import Quotas
 from app.engine import Engine
 from app.settings import Settings
 from app.web.services import Services
@@ -38,6 +41,10 @@ def provide_replies(services: NamedDependency[Services]) -> ReplyService:
     return services.replies
 
 
+def provide_quotas(services: NamedDependency[Services]) -> Quotas:
+    return services.quotas
+
+
 def provide_conversation_service(services: NamedDependency[Services]) -> ConversationService:
     return services.conversations
 
@@ -46,8 +53,16 @@ def provide_push(services: NamedDependency[Services]) -> UserPush:
     return services.push
 
 
+def provide_sign_outs(services: NamedDependency[Services]) -> SignOuts:
+    return services.sign_outs
+
+
 def provide_engine(services: NamedDependency[Services]) -> Engine:
     return services.engine
+
+
+def provide_storage(services: NamedDependency[Services]) -> StorageHealth:
+    return services.storage
 
 
 def provide_auth_limits(state: State) -> AuthLimits:
@@ -62,9 +77,12 @@ def app_dependencies() -> dict[str, Provide]:
             "settings": provide_settings,
             "sessions": provide_sessions,
             "replies": provide_replies,
+            "quotas": provide_quotas,
             "conversation_service": provide_conversation_service,
             "push": provide_push,
+            "sign_outs": provide_sign_outs,
             "engine": provide_engine,
             "auth_limits": provide_auth_limits,
+            "storage": provide_storage,
         }.items()
     }

@@ -18,6 +18,7 @@ from app.domain.accounts.authentication import PENDING
 from app.domain.accounts.dependencies import logged_in_user
 from app.settings import Settings
 from app.web.services import Services
+from app.web.session_store import session_store_check
 
 
 def engine_info(context: Mapping[str, Any], /) -> dict[str, Any]:
@@ -72,8 +73,9 @@ async def healthz() -> dict[str, str]:
 
 
 @get("/readyz", include_in_schema=False)
-async def readyz(services: NamedDependency[Services]) -> Response[dict[str, Any]]:
-    """Ready to serve: model loaded and database reachable (readiness)."""
+async def readyz(request: Request, services: NamedDependency[Services]) -> Response[dict[str, Any]]:
+    """Ready to serve (readiness): model loaded, database reachable and taking writes, and the
+    session store reachable too."""
     checks: dict[str, str] = {}
     checks["model"] = (
         "loaded"
@@ -87,8 +89,12 @@ async def readyz(services: NamedDependency[Services]) -> Response[dict[str, Any]
     try:
         async with services.sessions() as session:
             await session.execute(text("SELECT 1"))
-        checks["database"] = "ok"
+        refusing = await services.storage.check(services.db_engine)  # disk full, read-only
+        checks["database"] = f"refusing writes: {refusing}" if refusing else "ok"
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
-    ready = checks["model"] == "loaded" and checks["database"] == "ok"
+    store = await session_store_check(request.app.stores.get("sessions"))
+    if store is not None:  # shared between replicas (SESSION_STORE_URL)
+        checks["session_store"] = store
+    ready = checks["model"] == "loaded" and checks["database"] == "ok" and store in (None, "ok")
     return Response({"ready": ready, **checks}, status_code=200 if ready else 503)

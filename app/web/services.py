@@ -14,11 +14,15 @@ from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
 from app.db.engine import make_sessionmaker
 from app.db.session import Sessions
+from app.db.storage import StorageHealth, watch_storage
+from app.domain.accounts.access import AccessCache
 from app.domain.chat.conversation_service import ConversationService
 from app.domain.chat.ledger import DatabaseLedger
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.push_events import UserPush
 from app.domain.chat.replies import ReplyService
+from app.domain.chat.sign_outs import SignOuts
+from app.domain.quotas.service import Limits, Quotas
 from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics, relay
@@ -28,6 +32,7 @@ from app.streaming.push import PushHub
 log = logging.getLogger(__name__)
 
 PUSH_CHANNEL = "streamchat_user_events"
+STORAGE_CHECK_S = 2.0
 
 
 @dataclass
@@ -39,29 +44,41 @@ class Services:
     manager: GenerationManager
     cancel_channel: CancelChannel  # how the replicas tell each other about replies
     replies: ReplyService
+    quotas: Quotas  # each user's token quotas (reserved at a reply's start, settled at its end)
     conversations: ConversationService
     push: UserPush  # each user's events, to every page they have open
     push_relay: Broadcast  # ... on every replica
+    storage: StorageHealth  # whether the database takes writes (disk full, read-only)
+    access: AccessCache  # whether an account still allows its sessions (at most 1 s old)
+    sign_outs: SignOuts  # a signed-out user's sockets, push channels and replies, ended at once
     engine_ready: asyncio.Event = field(default_factory=asyncio.Event)
     engine_error: str | None = None
     _engine_start: asyncio.Task[None] | None = None
+    _storage_watch: asyncio.Task[None] | None = None
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
         db_engine = create_db_engine(settings.database_url)
         sessions = make_sessionmaker(db_engine)
+        storage = StorageHealth(settings.database_url, on_change=metrics.storage_changed)
+        watch_storage(db_engine, storage)
         engine = engine or create_engine(settings.engine)
         metrics.watch_engine(engine.stats)
         cancel_channel = cancel_channel_for(settings.database_url, sessions)
+        quotas = Quotas(
+            sessions, Limits(settings.quota_tokens_per_day, settings.quota_tokens_per_month)
+        )
         manager = GenerationManager(
             engine,
-            DatabaseLedger(sessions, cancel_channel, settings.replica_id),
+            DatabaseLedger(sessions, cancel_channel, settings.replica_id, quotas),
             flush_interval_s=settings.flush_interval_s,
             client_deadline_s=settings.client_deadline_s,
             final_wait_s=settings.final_save_wait_s,
         )
         push_relay = broadcast_for(settings.database_url, PUSH_CHANNEL)
-        push = UserPush(PushHub(), manager, push_relay.publish if push_relay.relays else None)
+        hub: PushHub = PushHub(max_per_user=settings.push_max_channels_per_user or None)
+        push = UserPush(hub, manager, push_relay.publish if push_relay.relays else None)
+        access = AccessCache(sessions)
         replies = ReplyService(
             sessions,
             manager,
@@ -72,6 +89,7 @@ class Services:
             replica_id=settings.replica_id,
             max_replies_per_user=settings.max_replies_per_user,
             push=push,
+            quotas=quotas,
         )
         return cls(
             settings,
@@ -81,9 +99,13 @@ class Services:
             manager,
             cancel_channel,
             replies,
+            quotas,
             ConversationService(sessions, manager, push),
             push,
             push_relay,
+            storage=storage,
+            access=access,
+            sign_outs=SignOuts(manager, push, access),
         )
 
     async def start(self) -> None:
@@ -91,9 +113,23 @@ class Services:
         # What other replicas publish about replies (a Stop, a client watching) acts on ours.
         await self.cancel_channel.start(functools.partial(relay.receive, self.manager))
         await self.push_relay.start(self.push.receive)  # other replicas' users' events
+        self.sign_outs.start()
         # The model loads in the background: meanwhile the server answers, /readyz says
         # "loading" and a reply request gets a clear 503 (the engine refuses until started).
         self._engine_start = asyncio.create_task(self._start_engine(), name="engine-start")
+        self._storage_watch = asyncio.create_task(self._watch_storage(), name="storage-watch")
+
+    async def _watch_storage(self) -> None:
+        """Every few seconds: SQLite's free space always (a statvfs), PostgreSQL only while it
+        refuses writes, so that /readyz, /metrics and the admin see the state, and its end,
+        without waiting for a write to fail or succeed."""
+        while True:
+            await asyncio.sleep(STORAGE_CHECK_S)
+            if self.storage.sqlite_dir is not None or self.storage.problem is not None:
+                try:
+                    await self.storage.check(self.db_engine)
+                except Exception:  # the database away altogether: /readyz says so
+                    log.debug("storage check failed", exc_info=True)
 
     async def _start_engine(self) -> None:
         try:
@@ -106,6 +142,10 @@ class Services:
         log.info("engine %s ready", self.engine.model_name)
 
     async def stop(self) -> None:
+        if self._storage_watch is not None:
+            self._storage_watch.cancel()
+        await self.sign_outs.stop()
+        await self.access.close()
         await self.cancel_channel.stop()
         await self.push_relay.stop()
         self.push.close()

@@ -10,7 +10,9 @@ import { showError } from "./dom.js";
 const form = document.getElementById("auth-form");
 const errorEl = document.getElementById("auth-error");
 const mode = form.dataset.mode === "signup" ? "signup" : "login";
-const invite = new URLSearchParams(location.hash.slice(1)).get("invite");
+/** The invitation in the address's fragment, read when the form is sent: a link pasted over
+ * this page only changes the fragment, which does not load the page again. */
+const invitation = () => new URLSearchParams(location.hash.slice(1)).get("invite");
 
 /**
  * Where to go after logging in: `?next=` only when it is a page of this site. It is parsed as
@@ -54,7 +56,8 @@ form.addEventListener("submit", async (e) => {
   button.disabled = true;
   form.setAttribute("aria-busy", "true");
   try {
-    const body = mode === "signup" && invite ? { email, password, invite } : { email, password };
+    const invite = mode === "signup" ? invitation() : null;
+    const body = invite ? { email, password, invite } : { email, password };
     await api.post(`/api/auth/${mode}`, body);
     location.assign(nextUrl());
   } catch (err) {

@@ -11,8 +11,9 @@
  * allowlist; nothing uses innerHTML).
  */
 
-import { api, ApiError, enc, setUnauthorizedHandler } from "./api.js";
+import { api, ApiError, enc } from "./api.js";
 import { AccountDialog } from "./account.js";
+import { ArchivedNote } from "./archived-note.js";
 import { Composer } from "./composer.js";
 import { ConversationList, conversationTitle, DEFAULT_TITLE } from "./conversation-list.js";
 import { $, announcer } from "./dom.js";
@@ -21,9 +22,11 @@ import { MessageList } from "./message-list.js";
 import { OlderMessages, RENDER_STEP } from "./older-messages.js";
 import { watchConnectivity } from "./net-status.js";
 import { loadRatings } from "./rating.js";
+import { watchQuota } from "./quota.js";
 import { SettingsPanel } from "./settings-panel.js";
 import { Replies } from "./replies.js";
 import { conversationIdFromHash } from "./route.js";
+import { leaveWhenSignedOut } from "./sign-out.js";
 import { Sidebar } from "./sidebar.js";
 import { TopbarMenu } from "./topbar-menu.js";
 import { hearOtherTabs } from "./tab-sync.js";
@@ -35,17 +38,14 @@ import { WsTransport } from "./transport-ws.js";
 const root = $("#app");
 const title = $("#conv-title");
 const announce = announcer($("#sr-status"));
+watchQuota($("#composer-quota"));
 let loadSeq = 0; // a conversation load that a later one overtook is dropped
 
-function goToLogin() {
-  const next = encodeURIComponent(location.pathname + location.hash);
-  location.assign(`/login?next=${next}`);
-}
-setUnauthorizedHandler(goToLogin);
+const signedOut = leaveWhenSignedOut({ root, announce }); // 401s, `signed_out`, a 4401 close
 
 const transports = {
   sse: new SseTransport(),
-  ws: new WsTransport({ onUnauthorized: goToLogin }),
+  ws: new WsTransport({ onUnauthorized: () => signedOut() }),
 };
 
 const transport = new TransportChoice($("#transport"), (name) => {
@@ -69,6 +69,7 @@ const conversations = new ConversationList({
   list: $("#conversation-list"),
   empty: $("#conversations-empty"),
   older: $("#older-conversations"),
+  archivedToggle: $("#show-archived"),
   confirm: $("#confirm-dialog"),
   isLive: (id) => !!replies.liveFor(id) || sync.isLive(id),
   announce,
@@ -78,6 +79,9 @@ const conversations = new ConversationList({
   },
   onTitle(c) {
     if (c.id === conversations.currentId) setTitle(conversationTitle(c));
+  },
+  onFiled(c) {
+    if (c.id === conversations.currentId) archivedNote.show(c);
   },
   onDeleting: (c) => replies.stop(c.id),
   onDeleted(c) {
@@ -117,8 +121,12 @@ const replies = new Replies({
   composer,
   transport: () => transports[transport.name],
   announce,
-  onStarted: (id, content) => conversations.touch(id, content),
+  onStarted(id, content) {
+    conversations.touch(id, content);
+    if (id === conversations.currentId) archivedNote.show(null); // a new turn unarchives it
+  },
   onLive: showLive,
+  onStale: (id) => id === conversations.currentId && openConversation(id),
 });
 
 // The user's other tabs and devices: their events over the page's one push channel.
@@ -129,6 +137,8 @@ const { sync, push } = hearOtherTabs({
   replies,
   reload: (id) => openConversation(id),
   onGone: (c) => conversations.onDeleted(c),
+  shownLeaf: () => messages.lastShownId(),
+  onSignedOut: signedOut,
 });
 
 const account = new AccountDialog({
@@ -199,6 +209,15 @@ function showLive() {
   conversations.markStreaming();
 }
 
+const archivedNote = new ArchivedNote({
+  note: $("#archived-note"),
+  button: $("#unarchive"),
+  current: () => conversations.currentId,
+  onFresh: (c) => conversations.filed(c),
+  announce,
+  onDone: () => composer.focus(),
+});
+
 function setTitle(text) {
   title.textContent = text;
   title.title = text; // the whole title on hover, where it is cut short
@@ -237,6 +256,7 @@ function showNoConversation() {
   history.replaceState(null, "", location.pathname + location.search);
   exportMenu.show(null);
   setTitle(DEFAULT_TITLE);
+  archivedNote.show(null);
   messages.show();
   older.reset(null, [], 0);
   conversations.render();
@@ -268,6 +288,7 @@ function showMessages(id, data, { atLeast = 0 } = {}) {
   const conv = conversations.find(id);
   if (conv && data.title) conv.title = data.title;
   if (data.title) setTitle(data.title); // (not listed yet: an old one, opened by its address)
+  archivedNote.show(data);
   const rows = data.messages || [];
   const split = Math.max(0, rows.length - Math.max(RENDER_STEP, atLeast));
   const { nodes, toResume } = messageNodes(rows.slice(split), replies.liveFor(id));
@@ -284,6 +305,7 @@ async function openConversation(id, { fresh = false } = {}) {
   const conv = conversations.find(id);
   exportMenu.show(id);
   setTitle(conversationTitle(conv));
+  archivedNote.show(conv);
   conversations.render();
   showLive();
   composer.showError("");

@@ -1,12 +1,15 @@
 /**
- * The conversation list in the sidebar: the user's conversations, newest first, which one is
- * open, a dot on those with a reply streaming, and rename (in place) and delete (after a confirm
- * dialog) through the API. Opening one, and what a delete means for the open conversation, are
- * the page's (hooks).
+ * The conversation list in the sidebar: the user's conversations, the pinned ones first (newest
+ * pin first), then the others, newest first; which one is open, a dot on those with a reply
+ * streaming, and rename (in place), delete (after a confirm dialog), pin and archive (each item's
+ * menu, conversation-menu.js) through the API. Two views of the same list element: the
+ * conversations, and the archived ones ("Archived"), each loaded a page at a time as it is
+ * scrolled. Opening one, and what a delete means for the open conversation, are the page's (hooks).
  */
 
 import { api, enc } from "./api.js";
 import { groupByDate } from "./date-groups.js";
+import { conversationMenu } from "./conversation-menu.js";
 import { $, closeOnDismiss, h, icon } from "./dom.js";
 
 export const DEFAULT_TITLE = "New chat";
@@ -14,6 +17,26 @@ const PAGE = 100; // conversations per page of GET /api/conversations (its defau
 
 export function conversationTitle(c) {
   return (c && c.title) || DEFAULT_TITLE;
+}
+
+const EMPTY = { active: "No conversations yet.", archived: "No archived conversations." };
+
+function newestFirst(a, b) {
+  return Date.parse(b) - Date.parse(a);
+}
+
+/** The server's order (app/domain/chat/conversations.py): pinned first, by pin, newest first;
+ * then by last activity, newest first; ties by id, descending. Negative: `a` comes first. */
+export function listOrder(a, b) {
+  if (!!a.pinned_at !== !!b.pinned_at) return a.pinned_at ? -1 : 1;
+  const by = a.pinned_at ? newestFirst(a.pinned_at, b.pinned_at) : newestFirst(a.updated_at, b.updated_at);
+  return by || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+}
+
+/** The query that asks for the page after `last` (keyed by it, not an offset). */
+export function pageAfter(last) {
+  const key = `after=${enc(last.updated_at)}&after_id=${enc(last.id)}`;
+  return last.pinned_at ? `${key}&after_pinned=${enc(last.pinned_at)}` : key;
 }
 
 export class ConversationList {
@@ -29,41 +52,77 @@ export class ConversationList {
    * @param onDeleting   (conversation): about to delete it (stop its reply)
    * @param onDeleted    (conversation): it is gone from the server and the list
    */
-  constructor({ list, empty, older, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted }) {
-    Object.assign(this, { list, empty, older, confirm, isLive, announce, onOpen, onTitle, onDeleting, onDeleted });
-    this.items = []; // [{id, title, created_at, updated_at}], newest first
-    this.hasOlder = false; // the server has older ones than the last listed
+  constructor({ list, empty, older, archivedToggle, confirm, isLive, announce, onOpen, onTitle, onFiled, onDeleting, onDeleted }) {
+    Object.assign(this, { list, empty, older, archivedToggle, confirm, isLive, announce, onOpen, onTitle, onFiled, onDeleting, onDeleted });
+    // Each view's loaded pages: [{id, title, created_at, updated_at, pinned_at, archived_at}] in
+    // the server's order, and whether the server has more after the last one.
+    this.views = { active: { items: [], hasOlder: false }, archived: { items: [], hasOlder: false, loaded: false } };
+    this.view = "active";
     older.addEventListener("click", () => this.loadOlder());
     this.nearEnd = new IntersectionObserver((entries) => {
       if (entries.some((e) => e.isIntersecting)) this.loadOlder();
     }, { root: older.parentElement, rootMargin: "0px 0px 400px 0px" });
     this.nearEnd.observe(older);
+    archivedToggle?.addEventListener("click", () => this.showView(this.view === "archived" ? "active" : "archived"));
     this.currentId = null;
     this.pendingDelete = null;
     closeOnDismiss(confirm);
     $("#confirm-delete", confirm).addEventListener("click", () => this.deleteConfirmed());
   }
 
+  /** The conversations view's loaded items (the archived ones are apart). */
+  get items() {
+    return this.views.active.items;
+  }
+
+  set items(items) {
+    this.views.active.items = items;
+  }
+
+  get hasOlder() {
+    return this.views[this.view].hasOlder;
+  }
+
   find(id) {
-    return this.items.find((c) => c.id === id);
+    return this.items.find((c) => c.id === id) || this.views.archived.items.find((c) => c.id === id);
   }
 
   /** The newest page of the user's conversations; the rest come as the list is scrolled. */
   async load() {
     this.items = (await api.get("/api/conversations")) || [];
-    this.hasOlder = this.items.length >= PAGE;
+    this.views.active.hasOlder = this.items.length >= PAGE;
   }
 
-  /** The next page: the conversations after the last one listed (keyed by it, not an offset). */
+  /** Show the conversations or the archived ones (loaded afresh each time they are shown). */
+  async showView(view) {
+    this.view = view;
+    this.archivedToggle?.setAttribute("aria-pressed", String(view === "archived"));
+    this.list.parentElement.setAttribute("aria-label", view === "archived" ? "Archived conversations" : "Your conversations");
+    this.render();
+    if (view !== "archived") return;
+    try {
+      const items = (await api.get(`/api/conversations?archived=true&limit=${PAGE}`)) || [];
+      Object.assign(this.views.archived, { items, hasOlder: items.length >= PAGE, loaded: true });
+    } catch (err) {
+      this.announce(`Could not load archived conversations: ${err.detail || err.message}`);
+      return;
+    }
+    if (this.view !== "archived") return;
+    this.render();
+    this.announce(`${this.views.archived.items.length} archived conversation${this.views.archived.items.length === 1 ? "" : "s"} shown.`);
+  }
+
+  /** The next page of the view shown: the conversations after the last one listed. */
   async loadOlder() {
-    if (!this.hasOlder || this.loadingOlder) return;
-    const last = this.items.at(-1);
+    const shown = this.views[this.view];
+    if (!shown.hasOlder || this.loadingOlder) return;
+    const last = shown.items.at(-1);
     this.loadingOlder = true;
     try {
-      const query = `after=${enc(last.updated_at)}&after_id=${enc(last.id)}&limit=${PAGE}`;
-      const page = (await api.get(`/api/conversations?${query}`)) || [];
-      this.items.push(...page.filter((c) => !this.find(c.id)));
-      this.hasOlder = page.length >= PAGE;
+      const archived = this.view === "archived" ? "&archived=true" : "";
+      const page = (await api.get(`/api/conversations?${pageAfter(last)}&limit=${PAGE}${archived}`)) || [];
+      shown.items.push(...page.filter((c) => !shown.items.some((had) => had.id === c.id)));
+      shown.hasOlder = page.length >= PAGE;
       this.render();
       // Observed afresh: if the button is still in sight (a tall list), that loads the next page.
       this.nearEnd.unobserve(this.older);
@@ -77,22 +136,34 @@ export class ConversationList {
 
   /** A conversation started on this page, or another of the user's (it goes on top, once). */
   add(c) {
-    this.forget(c.id);
-    this.items.unshift(c);
+    this.place(c);
   }
 
   forget(id) {
-    this.items = this.items.filter((c) => c.id !== id);
+    for (const view of Object.values(this.views)) view.items = view.items.filter((c) => c.id !== id);
+  }
+
+  /** Put `c` where it belongs now: in the archived view or the other, at its place in the order;
+   * left out when that place is past the pages loaded (it comes with a later page). */
+  place(c) {
+    this.forget(c.id);
+    const view = this.views[c.archived_at ? "archived" : "active"];
+    if (c.archived_at && !view.loaded) return;
+    const at = view.items.findIndex((other) => listOrder(c, other) < 0);
+    if (at >= 0) view.items.splice(at, 0, c);
+    else if (!view.hasOlder) view.items.push(c);
   }
 
   /** A reply started in this conversation: move it to the top, and pick up the server's title. */
   touch(id, content) {
-    const idx = this.items.findIndex((c) => c.id === id);
-    if (idx === -1) return;
-    const [c] = this.items.splice(idx, 1);
+    const c = this.find(id);
+    if (!c) return;
+    const wasArchived = !!c.archived_at;
     c.updated_at = new Date().toISOString();
-    this.items.unshift(c);
+    c.archived_at = null; // a new turn brings an archived conversation back (reply_rows.py)
+    this.place(c);
     this.render();
+    if (wasArchived) this.onFiled?.(c);
     // The server named a new chat from this first message (distinct from the user's other chats,
     // app/domain/chat/conversations.py): show its name.
     if (content && (!c.title || c.title === DEFAULT_TITLE)) this.refreshTitle(c);
@@ -134,28 +205,85 @@ export class ConversationList {
         h("span", { class: "conv-actions" },
           h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "rename-conversation", "aria-label": `Rename “${title}”`, title: "Rename", onclick: () => this.startRename(item, c) }, icon("pencil")),
           h("button", { type: "button", class: "btn btn-icon btn-small", "data-testid": "delete-conversation", "aria-label": `Delete “${title}”`, title: "Delete", onclick: () => this.confirmDelete(c) }, icon("trash")),
+          conversationMenu(c, title, {
+            onPin: () => this.file(c, { pinned: !c.pinned_at }),
+            onArchive: () => this.file(c, { archived: !c.archived_at }),
+          }),
         ),
       );
+      if (c.pinned_at) item.classList.add("is-pinned");
       if (this.isLive(c.id)) item.classList.add("is-streaming");
       return item;
     };
-    // Grouped by last activity, in the browser's time zone (date-groups.js).
-    const items = groupByDate(this.items).flatMap(([label, group]) => [
+    const shown = this.views[this.view].items;
+    const group = (label, rows) => [
       h("li", { class: "conv-group", "data-testid": "conversation-group" }, label),
-      ...group.map(row),
-    ]);
-    // Keyboard users keep their place: the control that had focus is focused again in the new list.
+      ...rows.map(row),
+    ];
+    const pinned = this.view === "active" ? shown.filter((c) => c.pinned_at) : [];
+    const rest = pinned.length ? shown.filter((c) => !c.pinned_at) : shown;
+    // Pinned ones first; the rest grouped by last activity, in the browser's time zone (date-groups.js).
+    const items = [
+      ...(pinned.length ? group("Pinned", pinned) : []),
+      ...groupByDate(rest).flatMap(([label, rows]) => group(label, rows)),
+    ];
+    // Keyboard users keep their place: the control that had focus is focused again in the new
+    // list, in the item's menu if it was open (a page loaded meanwhile redraws the list).
     const had = this.list.contains(document.activeElement) && document.activeElement;
     const again = had && [had.closest("[data-conversation-id]")?.dataset.conversationId, had.dataset.testid];
+    const menuOpen = this.list.querySelector(".conv-more[aria-expanded=true]")?.closest("[data-conversation-id]");
     this.list.replaceChildren(...items);
-    this.empty.hidden = this.items.length > 0;
+    this.empty.textContent = EMPTY[this.view];
+    this.empty.hidden = shown.length > 0;
     this.older.hidden = !this.hasOlder;
-    if (again) this.list.querySelector(`[data-conversation-id="${CSS.escape(again[0] || "")}"] [data-testid="${again[1]}"]`)?.focus();
+    if (menuOpen) this.itemOf(menuOpen.dataset.conversationId)?.querySelector(".conv-more")?.click();
+    if (again) this.focusOn(again[0], again[1]);
+  }
+
+  itemOf(id) {
+    return this.list.querySelector(`[data-conversation-id="${CSS.escape(id || "")}"]`);
+  }
+
+  /** Focus a control of a listed conversation (else its menu's button: the menu is closed). */
+  focusOn(id, testid) {
+    const item = this.itemOf(id);
+    const control = item?.querySelector(`[data-testid="${testid}"]`);
+    (control || item?.querySelector("[data-testid=conversation-menu]"))?.focus();
+  }
+
+  /** Pin or unpin, archive or unarchive `c` (`changes`: {pinned} or {archived}). */
+  async file(c, changes) {
+    let updated;
+    try {
+      updated = await api.patch(`/api/conversations/${enc(c.id)}`, changes);
+    } catch (err) {
+      this.announce(`Could not change it: ${err.detail || err.message}`);
+      return;
+    }
+    const next = this.views[this.view].items.find((other) => listOrder(other, c) > 0 && other.id !== c.id);
+    this.filed(updated);
+    const what = "pinned" in changes ? (changes.pinned ? "pinned" : "unpinned") : changes.archived ? "archived" : "unarchived";
+    this.announce(`Conversation ${what}.`);
+    // The focus stays on its menu where it is still listed, else moves to the next one's.
+    if (this.views[this.view].items.some((other) => other.id === c.id)) this.focusOn(c.id, "conversation-menu");
+    else if (next) this.focusOn(next.id, "conversation-menu");
+    else this.archivedToggle?.focus();
+  }
+
+  /** `c` as the server says it is now (an answer or a push event): moved where it belongs. */
+  filed(fresh) {
+    const c = Object.assign(this.find(fresh.id) || { id: fresh.id, created_at: fresh.updated_at }, {
+      title: fresh.title, updated_at: fresh.updated_at, pinned_at: fresh.pinned_at, archived_at: fresh.archived_at,
+    });
+    this.place(c);
+    this.render();
+    this.onFiled?.(c);
   }
 
   /** The dot on each conversation whose reply is streaming. */
   markStreaming() {
     for (const item of this.list.children) {
+      if (!item.dataset.conversationId) continue; // a group's heading
       item.classList.toggle("is-streaming", this.isLive(item.dataset.conversationId));
     }
   }

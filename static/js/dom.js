@@ -61,6 +61,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const ICONS = {
   pencil: "M4 20h4L19 9l-4-4L4 16v4zM14 6l4 4",
   trash: "M4 7h16M10 11v6M14 11v6M6 7l1 13h10l1-13M9 7V4h6v3",
+  more: "M6.5 12a1.5 1.5 0 1 1-3 0a1.5 1.5 0 1 1 3 0zM13.5 12a1.5 1.5 0 1 1-3 0a1.5 1.5 0 1 1 3 0zM20.5 12a1.5 1.5 0 1 1-3 0a1.5 1.5 0 1 1 3 0z",
 };
 
 /** A small stroke icon (fixed path data; decorative: the button carries the label). */

@@ -76,6 +76,16 @@ export class MessageList {
     return view.el === this.el.lastElementChild;
   }
 
+  /** The id of the last stored message on screen: the end of the branch shown, which a new
+   * question follows (null: none; a message the server never took is not one). */
+  lastShownId() {
+    for (let node = this.el.lastElementChild; node; node = node.previousElementSibling) {
+      const r = node._view?.reply;
+      if (r?.messageId && !r.notSent) return String(r.messageId);
+    }
+    return null;
+  }
+
   /** The user message right before an assistant message, in page order. */
   promptFor(view) {
     let node = view.el.previousElementSibling;

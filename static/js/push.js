@@ -12,8 +12,14 @@ import { api } from "./api.js";
 import { backoffDelay } from "./reply.js";
 import { readSSE } from "./sse.js";
 
-/** GET /api/events, reconnecting until stopped. */
-class SsePush {
+/** The account was signed out, or the user's newer pages pushed this channel out (past the
+ * server's PUSH_MAX_CHANNELS_PER_USER): reconnecting would only push out another. */
+function endsTheChannel(ev) {
+  return ev.event === "signed_out" || (ev.event === "resync" && ev.reason === "evicted");
+}
+
+/** GET /api/events, reconnecting until stopped (or ended for good by the server). */
+export class SsePush {
   constructor({ client = api, stallMs = 45000, onEvent, onConnected }) {
     Object.assign(this, { client, stallMs, onEvent, onConnected });
     this.ctl = null;
@@ -51,6 +57,7 @@ class SsePush {
         if (!res.body) throw new Error("no body");
         attempt = 0;
         this.onConnected();
+        let last = false; // the server ended this channel for good: no reconnecting
         for await (const raw of readSSE(res.body, { onChunk: arm })) {
           let data;
           try {
@@ -58,8 +65,12 @@ class SsePush {
           } catch {
             continue;
           }
-          if (data && typeof data === "object") this.onEvent({ ...data, event: raw.event || data.event });
+          if (!data || typeof data !== "object") continue;
+          const ev = { ...data, event: raw.event || data.event };
+          last ||= endsTheChannel(ev);
+          this.onEvent(ev);
         }
+        if (last) return;
       } catch (err) {
         if (err?.status === 401) return; // logged out: api.js already goes to the log-in page
       } finally {

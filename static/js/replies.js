@@ -20,9 +20,11 @@ export class Replies {
    * @param announce   reads a short status out to screen readers
    * @param onStarted  (conversationId, content or null): the server took the message
    * @param onLive     (): a reply started or ended (Send/Stop, the list's dots)
+   * @param onStale    (conversationId): a send was refused because the conversation moved on
+   *                   elsewhere (409): show it as it is now
    */
-  constructor({ list, composer, transport, announce, onStarted, onLive }) {
-    Object.assign(this, { list, composer, transport, announce, onStarted, onLive });
+  constructor({ list, composer, transport, announce, onStarted, onLive, onStale = () => {} }) {
+    Object.assign(this, { list, composer, transport, announce, onStarted, onLive, onStale });
     this.live = new Map(); // conversationId -> {stream, view, userView}
   }
 
@@ -43,7 +45,7 @@ export class Replies {
 
   /**
    * Run a reply's stream and keep its view up to date.
-   * @param request  {kind: "send", conversationId, content}, {kind: "regenerate", messageId},
+   * @param request  {kind: "send", conversationId, content, parentId}, {kind: "regenerate", messageId},
    *                 {kind: "edit", messageId, content} or {kind: "resume"}
    * @param replaces the reply a regenerate replaces: back in its place if the server refuses
    * @param t0       performance.now() when the user pressed Send (for the page's TTFT), or null
@@ -99,7 +101,10 @@ export class Replies {
           view.update();
           announce("Could not stop the reply. It is still being written.");
         },
-        onRejected(s, err) {
+        onRejected: (s, err) => {
+          // First, since it clears the composer's error line: the page missed a turn added
+          // elsewhere, so it shows the conversation as it is now.
+          if (request.kind === "send" && err?.status === 409) this.onStale(conversationId);
           if (replaces) view.el.replaceWith(replaces.el);
           else view.el.remove();
           userView?.el.remove();
@@ -128,18 +133,21 @@ export class Replies {
     return stream.run().finally(() => {
       if (this.live.get(conversationId)?.stream === stream) this.live.delete(conversationId);
       this.onLive();
+      document.dispatchEvent(new Event("reply-ended")); // its tokens count: the quota notice
     });
   }
 
-  /** Send `content` in an existing conversation: the user's message and the reply appear below. */
+  /** Send `content` in an existing conversation: the user's message and the reply appear below,
+   * after the last message shown (the server builds the prompt from the branch on this screen). */
   async send(conversationId, content, { t0 = performance.now() } = {}) {
+    const parentId = this.list.lastShownId();
     const userView = new MessageView("user", { text: content, status: "sending", messageId: null });
     const view = new MessageView("assistant", new ReplyState({ conversationId }));
     this.list.append(userView);
     this.list.append(view);
     this.list.scrollToBottom();
     this.announce("Sent. The assistant is replying.");
-    await this.run({ conversationId, view, userView, request: { kind: "send", conversationId, content }, t0 });
+    await this.run({ conversationId, view, userView, request: { kind: "send", conversationId, content, parentId }, t0 });
   }
 
   /** Answer the latest reply's question again: a new version of the reply takes its place on

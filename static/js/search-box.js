@@ -1,7 +1,7 @@
 /**
  * The search box over the user's conversations (titles and message text): results as you type,
  * each with the text around the match. While there is a query the results stand in for the
- * conversation list. The snippet comes from the server in three parts and is built as text nodes,
+ * conversation list; archived conversations are found too, marked "Archived". The snippet comes from the server in three parts and is built as text nodes,
  * the match wrapped in <mark> by the DOM builder: no HTML string ever reaches the page.
  */
 
@@ -92,7 +92,9 @@ export class SearchBox {
           this.onOpen(hit.conversation_id);
         },
       },
-      h("span", { class: "conv-title-text" }, hit.title),
+      h("span", { class: "conv-title-text" },
+        hit.archived ? h("span", { class: "archived-badge", "data-testid": "archived-badge" }, "Archived") : null,
+        hit.title),
       snippetNode(hit.snippet)),
     );
   }

@@ -1,8 +1,10 @@
 /**
  * What the page does with the user's events from their other tabs and devices (push.js): a reply
  * started elsewhere gets its dot in the list and, in the conversation on screen, is resumed like
- * any reply (so it streams here and Stop works here too); created, renamed and deleted
- * conversations show at once. Events about what this page did itself change nothing twice.
+ * any reply (so it streams here and Stop works here too); created, renamed, pinned, archived and
+ * deleted conversations show at once; another version shown elsewhere is shown here too, so that
+ * this page sends after what the other showed. Events about what this page did itself change
+ * nothing twice.
  */
 
 import { api } from "./api.js";
@@ -14,9 +16,11 @@ export class TabSync {
    * @param replies        the page's Replies (what streams here)
    * @param reload         (id): reload the conversation on screen (resumes a reply it streams)
    * @param onGone         (conversation): it was deleted (the list's onDeleted)
+   * @param shownLeaf      (): the id of the last message on screen (MessageList.lastShownId)
+   * @param onSignedOut    (reason): the account was signed out everywhere (disabled, deleted...)
    */
-  constructor({ conversations, replies, reload, onGone }) {
-    Object.assign(this, { conversations, replies, reload, onGone });
+  constructor({ conversations, replies, reload, onGone, shownLeaf = () => null, onSignedOut }) {
+    Object.assign(this, { conversations, replies, reload, onGone, shownLeaf, onSignedOut });
     this.elsewhere = new Map(); // conversationId -> messageId of a reply streaming in another tab
   }
 
@@ -58,6 +62,9 @@ export class TabSync {
         list.onTitle(c);
         return;
       }
+      case "conversation_filed": // pinned, unpinned, archived or unarchived
+        list.filed({ id, title: ev.title, updated_at: ev.updated_at, pinned_at: ev.pinned_at, archived_at: ev.archived_at });
+        return;
       case "conversation_deleted": {
         this.elsewhere.delete(id);
         const c = list.find(id);
@@ -67,8 +74,18 @@ export class TabSync {
         this.onGone(c);
         return;
       }
+      case "branch_shown": {
+        // Another page showed another version: this one re-renders (unless it shows that branch
+        // already: it switched itself), so what it shows, and sends after, is that branch.
+        const leaf = ev.leaf_id != null ? String(ev.leaf_id) : null;
+        if (id === list.currentId && !this.replies.liveFor(id) && this.shownLeaf() !== leaf) this.reload(id);
+        return;
+      }
       case "resync":
         this.resync();
+        return;
+      case "signed_out":
+        this.onSignedOut?.(ev.reason);
         return;
       default:
         return; // an event this page does not know yet

@@ -54,7 +54,8 @@ export class SseTransport {
       if (request.kind === "send") {
         res = await this.client.fetchRaw(`/api/conversations/${enc(request.conversationId)}/messages`, {
           method: "POST",
-          json: { content: request.content, ...this.params },
+          // After the last message on this page's screen, when it shows one.
+          json: { content: request.content, ...(request.parentId && { parent_id: request.parentId }), ...this.params },
           headers,
           signal: inner.signal,
         });

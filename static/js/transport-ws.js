@@ -209,7 +209,7 @@ export class WsTransport {
         }),
       ]).finally(() => signal.removeEventListener("abort", stopWaiting));
       const frames = {
-        send: () => ({ type: "send", conversation_id: request.conversationId, content: request.content }),
+        send: () => ({ type: "send", conversation_id: request.conversationId, content: request.content, ...(request.parentId && { parent_id: request.parentId }) }),
         regenerate: () => ({ type: "regenerate", message_id: request.messageId }),
         edit: () => ({ type: "edit", message_id: request.messageId, content: request.content }),
         resume: () => ({ type: "resume", message_id: request.messageId, after: request.after ?? 0 }),

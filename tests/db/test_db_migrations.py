@@ -29,6 +29,7 @@ from app.db.migrate import (
 from app.domain.accounts import models as accounts_models
 from app.domain.chat import models as chat_models
 from app.domain.chat import settings_models as chat_settings_models
+from app.domain.quotas import models as quota_models
 from app.settings import Settings
 from tests.db.alchemy_config import make_alchemy_config
 
@@ -36,11 +37,14 @@ REGISTERED_MODELS = (
     accounts_models,
     chat_models,
     chat_settings_models,
+    quota_models,
 )  # as migrations/env.py registers them
 
 OUR_TABLES = {"users", "api_keys", "conversations", "messages", "reply_ratings"}
 OUR_TABLES |= {"conversation_settings", "user_chat_defaults"}  # 0006
 OUR_TABLES |= {"account_tokens", "audit_log"}  # 0008
+OUR_TABLES |= {"quota_usage"}  # 0011
+OUR_TABLES |= {"account_sessions"}  # 0012
 HEAD = head_revision()
 
 

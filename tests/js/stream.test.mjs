@@ -1,5 +1,5 @@
 // Unit tests for reply state, reconnect/resume, Stop and end states: node --test tests/js/
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { ReplyState, cpLen, cpSkip, backoffDelay, tokensPerSecond } from "../../static/js/reply.js";
 import { ReplyStream, RejectedError, ConnectionLost } from "../../static/js/stream.js";
@@ -398,8 +398,20 @@ async function until(cond, ms = 1000) {
   }
 }
 
+// Every transport a test opens is reset when the file is done: an open socket keeps its stall
+// watchdog (a 60 s timer) pending, and Node would wait for it before exiting.
+const openTransports = [];
+function openWs(options) {
+  const ws = new WsTransport(options);
+  openTransports.push(ws);
+  return ws;
+}
+after(() => {
+  for (const ws of openTransports) ws.reset();
+});
+
 test("WS: send, route by client_ref then message_id, pings ignored, final ends", async () => {
-  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const ws = openWs({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
   const before = FakeSocket.all.length;
   const { done } = run(ws);
   await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
@@ -419,7 +431,7 @@ test("WS: send, route by client_ref then message_id, pings ignored, final ends",
 });
 
 test("WS: socket closes mid-reply -> new socket, resume with after=last id", async () => {
-  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const ws = openWs({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
   const { done } = run(ws);
   await tick();
   const s1 = FakeSocket.last;
@@ -440,7 +452,7 @@ test("WS: socket closes mid-reply -> new socket, resume with after=last id", asy
 });
 
 test("WS: rejected send", async () => {
-  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const ws = openWs({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
   const { done } = run(ws);
   await tick();
   const sock = FakeSocket.last;
@@ -451,7 +463,7 @@ test("WS: rejected send", async () => {
 });
 
 test("WS: regenerate sends a regenerate frame with a client_ref; its start routes the new reply", async () => {
-  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const ws = openWs({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
   const before = FakeSocket.all.length;
   const { done } = run(ws, { kind: "regenerate", messageId: "old" });
   await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
@@ -469,7 +481,7 @@ test("WS: regenerate sends a regenerate frame with a client_ref; its start route
 });
 
 test("WS: Stop sends a cancel frame on the socket and reads the final", async () => {
-  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const ws = openWs({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
   const before = FakeSocket.all.length;
   const { rs, done } = run(ws);
   await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);
@@ -485,7 +497,7 @@ test("WS: Stop sends a cancel frame on the socket and reads the final", async ()
 });
 
 test("WS: a refused resume reaches the resuming reply by its client_ref: truncated, not retried forever", async () => {
-  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  const ws = openWs({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
   const state = new ReplyState({ messageId: "m9", text: "abc" });
   const before = FakeSocket.all.length;
   const { done } = run(ws, { kind: "resume" }, state);
@@ -501,7 +513,7 @@ test("WS: a refused resume reaches the resuming reply by its client_ref: truncat
 
 test("WS: close code 4401 calls the unauthorized hook", async () => {
   let called = 0;
-  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket, onUnauthorized: () => called++ });
+  const ws = openWs({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket, onUnauthorized: () => called++ });
   const before = FakeSocket.all.length;
   const { done } = run(ws);
   await until(() => FakeSocket.all.length > before && FakeSocket.last.sent.length > 0);

@@ -34,10 +34,13 @@ function fakeList(items, currentId = null) {
     onTitle(c) {
       calls.push(["onTitle", c.id, c.title]);
     },
+    filed(c) {
+      calls.push(["filed", c.id, c.pinned_at, c.archived_at]);
+    },
   };
 }
 
-function setup({ items = [], currentId = null, liveHere = [] } = {}) {
+function setup({ items = [], currentId = null, liveHere = [], shown = null } = {}) {
   const list = fakeList(items, currentId);
   const reloads = [];
   const gone = [];
@@ -46,9 +49,26 @@ function setup({ items = [], currentId = null, liveHere = [] } = {}) {
     replies: { liveFor: (id) => (liveHere.includes(id) ? {} : null) },
     reload: (id) => reloads.push(id),
     onGone: (c) => gone.push(c.id),
+    shownLeaf: () => shown,
   });
   return { list, sync, reloads, gone };
 }
+
+test("another version shown elsewhere re-renders the conversation on screen, unless it shows it", () => {
+  const items = [{ id: "c1", title: "Dragons" }, { id: "c2", title: "Owls" }];
+  const stale = setup({ items, currentId: "c1", shown: "m-2of2" });
+  stale.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  assert.deepEqual(stale.reloads, ["c1"]);
+  // The page that switched (it shows that branch already), another conversation, or a reply
+  // streaming here: nothing to redraw.
+  const switcher = setup({ items, currentId: "c1", shown: "m-1of2" });
+  switcher.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  const other = setup({ items, currentId: "c2", shown: "m-9" });
+  other.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  const busy = setup({ items, currentId: "c1", shown: "m-2of2", liveHere: ["c1"] });
+  busy.sync.handle({ event: "branch_shown", conversation_id: "c1", leaf_id: "m-1of2" });
+  assert.deepEqual([switcher.reloads, other.reloads, busy.reloads], [[], [], []]);
+});
 
 test("a reply started elsewhere in the conversation on screen is resumed here (a reload)", () => {
   const { list, sync, reloads } = setup({ items: [{ id: "c1", title: "Dragons" }], currentId: "c1" });
@@ -149,4 +169,28 @@ test("WS: a socket for replies only does not subscribe", async () => {
   await ws.connect();
   assert.deepEqual(FakeSocket.last.sent, []);
   clearTimeout(ws.watchdog);
+});
+
+test("a conversation pinned or archived in another tab moves in this tab's list", () => {
+  const { list, sync } = setup({ items: [{ id: "c1", title: "Dragons" }] });
+  const base = { conversation_id: "c1", title: "Dragons", updated_at: "2026-12-02T12:00:00+00:00" };
+  sync.handle({ event: "conversation_filed", ...base, pinned_at: "2026-12-02T13:00:00+00:00", archived_at: null });
+  sync.handle({ event: "conversation_filed", ...base, pinned_at: null, archived_at: "2026-12-02T14:00:00+00:00" });
+  assert.deepEqual(list.calls, [
+    ["filed", "c1", "2026-12-02T13:00:00+00:00", null],
+    ["filed", "c1", null, "2026-12-02T14:00:00+00:00"],
+  ]);
+});
+
+test("signed_out hands the reason to the page (which goes to the log-in page)", () => {
+  const signedOut = [];
+  const sync = new TabSync({
+    conversations: fakeList([]),
+    replies: { liveFor: () => null },
+    reload() {},
+    onGone() {},
+    onSignedOut: (reason) => signedOut.push(reason),
+  });
+  sync.handle({ event: "signed_out", reason: "disabled" });
+  assert.deepEqual(signedOut, ["disabled"]);
 });

@@ -1,6 +1,6 @@
 // The WebSocket transport correlates the server's answers by the client_ref each request frame
 // carries (static/js/transport-ws.js): node --test tests/js/
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { RejectedError } from "../../static/js/stream.js";
 import { WsTransport } from "../../static/js/transport-ws.js";
@@ -49,7 +49,17 @@ function read(ws, request) {
   return done;
 }
 
-const transport = () => new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+// Each transport is reset when the file is done: an open socket keeps its 60 s stall watchdog
+// pending, and Node would wait for it before exiting.
+const opened = [];
+const transport = () => {
+  const ws = new WsTransport({ url: "ws://x/ws", client: {}, WebSocketImpl: FakeSocket });
+  opened.push(ws);
+  return ws;
+};
+after(() => {
+  for (const ws of opened) ws.reset();
+});
 const send = (content) => ({ kind: "send", conversationId: "c1", content });
 const start = (messageId, client_ref) => ({ type: "start", id: 0, message_id: messageId, conversation_id: "c1", offset: 0, client_ref });
 const delta = (messageId, text) => ({ type: "delta", id: text.length, message_id: messageId, text });
@@ -66,6 +76,16 @@ test("every request frame carries its own client_ref", async () => {
   assert.deepEqual(FakeSocket.last.sent.map((f) => f.type), ["send", "regenerate", "edit", "resume"]);
   assert.ok(refs.every((r) => typeof r === "string" && r.length > 0));
   assert.equal(new Set(refs).size, 4);
+});
+
+test("a send names the message it follows, the last one on the page's screen, when there is one", async () => {
+  const ws = transport();
+  read(ws, { ...send("after m7"), parentId: "m7" });
+  read(ws, send("first of a conversation"));
+  await until(() => FakeSocket.last?.sent.length === 2);
+  const [after, first] = FakeSocket.last.sent;
+  assert.equal(after.parent_id, "m7");
+  assert.equal("parent_id" in first, false);
 });
 
 test("two sends in flight: each start, in any order, reaches the reply that asked", async () => {

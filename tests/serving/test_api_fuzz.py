@@ -189,6 +189,7 @@ def failures_of(operation: APIOperation, fuzzed_app: FuzzedApp) -> str | None:
     return None
 
 
+@pytest.mark.timeout(900)  # ~60 operations x 25 examples x 2 roles: minutes on a loaded machine
 def test_api_never_errs_and_keeps_to_its_schema(fuzzed_app: FuzzedApp) -> None:
     """Every operation in the OpenAPI document, fuzzed: no server error, no response that breaks
     the schema the document gives for its status."""

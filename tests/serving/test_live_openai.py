@@ -272,6 +272,49 @@ def test_bad_parameters_are_400_and_write_nothing(
     assert query(live_database_url, "SELECT count(*) AS n FROM conversations") == counts_before
 
 
+# Each message fits the page's per-message limit; together they are far over any context the
+# model has (SmolLM2 was trained for 8,192 tokens), and under the server's character guard.
+LONG_HISTORY: list[dict[str, str]] = [
+    {"role": "user" if i % 2 == 0 else "assistant", "content": "7 " * 7400} for i in range(3)
+] + [{"role": "user", "content": "And then?"}]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(
+    "messages", [[{"role": "user", "content": "7 " * 30000}], LONG_HISTORY], ids=["one", "history"]
+)
+def test_messages_over_the_context_are_context_length_exceeded(
+    client: openai.OpenAI,
+    model: str,
+    live_database_url: str,
+    messages: list[dict[str, str]],
+    stream: bool,
+) -> None:
+    """No silent truncation under /v1: messages too long for the context are OpenAI's 400
+    `context_length_exceeded` (streaming too: refused before the stream's 200), with the counts
+    in OpenAI's words, and nothing is stored."""
+    counts_before = query(live_database_url, "SELECT count(*) AS n FROM conversations")
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(
+            model=model,
+            messages=messages,
+            max_tokens=4,
+            stream=stream,  # type: ignore[call-overload]
+        )
+    assert raised.value.status_code == 400
+    error = raised.value.body
+    assert isinstance(error, dict)
+    assert (error["type"], error["param"], error["code"]) == (
+        "invalid_request_error",
+        "messages",
+        "context_length_exceeded",
+    )
+    assert raised.value.code == "context_length_exceeded"  # as OpenAI's clients read it
+    assert error["message"].startswith("This model's maximum context length is ")
+    assert "However, your messages resulted in " in error["message"]
+    assert query(live_database_url, "SELECT count(*) AS n FROM conversations") == counts_before
+
+
 def test_a_non_streaming_client_that_gives_up_stops_the_reply(
     client: openai.OpenAI,
     model: str,

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
+
 from app.domain.chat.push_events import ReplyEnded, ReplyStarted, UserPush
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
-from app.streaming.push import OVERFLOW, PushChannel, PushHub
+from app.streaming.push import EVICTED, OVERFLOW, PushChannel, PushHub
 from tests.streaming.core import start_reply
 
 
@@ -108,3 +110,32 @@ async def test_a_page_that_connects_hears_the_replies_live_now_then_their_end(
     await events.aclose()
     await others.aclose()
     assert push.hub.channel_count() == 0
+
+
+async def test_past_the_cap_a_new_channel_ends_the_users_oldest() -> None:
+    hub: PushHub[str] = PushHub(max_per_user=2)
+    with hub.subscribe("alice") as oldest, hub.subscribe("bob") as bobs:
+        oldest_events = oldest.events(keepalive_s=5)
+        with hub.subscribe("alice") as second:
+            hub.publish("alice", "queued")  # dropped with the oldest channel: it is told to resync
+            with hub.subscribe("alice") as newest:  # the third of alice's: the oldest goes
+                assert await take(oldest_events, 1) == [EVICTED]
+                with pytest.raises(StopAsyncIteration):
+                    await anext(oldest_events)
+                assert hub.channel_count("alice") == 2 and hub.evicted == 1
+                assert hub.publish("alice", "next") == 2
+                assert await take(newest.events(5), 1) == ["next"]
+                assert await take(second.events(5), 2) == ["queued", "next"]
+                assert hub.channel_count("bob") == 1 and len(bobs) == 0  # another user's stay
+    assert hub.channel_count() == 0
+
+
+async def test_ending_a_users_channels_gives_each_a_last_event() -> None:
+    hub: PushHub[str] = PushHub()
+    with hub.subscribe("alice") as tab1, hub.subscribe("alice") as tab2, hub.subscribe("bob"):
+        hub.publish("alice", "stale")
+        assert hub.end_user("alice", "signed out") == 2
+        for channel in (tab1, tab2):
+            assert [e async for e in channel.events(keepalive_s=5)] == ["signed out"]
+        assert hub.channel_count("alice") == 0 and hub.channel_count("bob") == 1
+        assert hub.publish("alice", "late") == 0

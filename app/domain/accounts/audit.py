@@ -32,6 +32,8 @@ ACTIONS = (
     "invite",
     "view_conversation",
     "export_conversation",
+    "kill_reply",
+    "quota",
 )
 
 

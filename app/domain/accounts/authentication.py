@@ -33,7 +33,8 @@ from litestar.types import ASGIApp
 from app.db.session import Sessions
 from app.domain.accounts import service as accounts
 from app.domain.accounts.access import AccessCache
-from app.domain.accounts.login import EPOCH_KEY, USER_KEY
+from app.domain.accounts.browser_sessions import LiveSessions
+from app.domain.accounts.login import EPOCH_KEY, USER_KEY, session_row
 from app.domain.accounts.models import UserState
 
 SESSIONS_STATE_KEY = "sessions"
@@ -42,6 +43,8 @@ injection (litestar/handlers/base.py, `authorize_connection` calls each guard wi
 and the handler only), so they read it from there."""
 ACCESS_STATE_KEY = "access"
 """Where the app keeps its `AccessCache` in `app.state`."""
+LIVE_SESSIONS_STATE_KEY = "live_sessions"
+"""Where the app keeps its `LiveSessions` (which listed sessions were ended) in `app.state`."""
 PENDING = "pending"
 """`connection.auth` of a session whose account waits for an admin's approval."""
 
@@ -70,9 +73,20 @@ class SessionAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         cache: AccessCache = connection.app.state[ACCESS_STATE_KEY]
         access = await cache.get(user_id)
         epoch = connection.session.get(EPOCH_KEY, 0)
+        if access is not None and access.epoch < epoch:
+            # The epoch was raised a moment ago, keeping this session (its own password change,
+            # here or on another replica): the cached row is older than the session.
+            cache.forget(user_id)
+            access = await cache.get(user_id)
         if access is None or access.state == UserState.DISABLED or access.epoch != epoch:
             connection.clear_session()  # the session store forgets it (app/web/sessions.py)
             return AuthenticationResult(user=None, auth=None)
+        listed = session_row(connection)
+        if listed is not None:
+            live: LiveSessions = connection.app.state[LIVE_SESSIONS_STATE_KEY]
+            if not await live.alive(listed):  # ended from the account page
+                connection.clear_session()
+                return AuthenticationResult(user=None, auth=None)
         if access.state == UserState.PENDING:
             return AuthenticationResult(user=None, auth=PENDING)
         return AuthenticationResult(user=user_id, auth="session")

@@ -22,9 +22,17 @@ from app.domain.accounts import links
 from app.domain.accounts import service as accounts
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
-from app.domain.accounts.login import client_address, device_cookie, known_device, login, logout
+from app.domain.accounts.login import (
+    client_address,
+    device_cookie,
+    end_listed,
+    known_device,
+    log_in,
+    logout,
+)
 from app.domain.accounts.models import ApiKey, User, UserState
 from app.domain.accounts.ratelimit import AuthLimits
+from app.domain.chat.sign_outs import SignOuts
 from app.settings import Settings
 
 
@@ -100,7 +108,7 @@ class AuthController(Controller):
         # (app/domain/refusals.py).
         await auth_limits.start_signup(client_address(request))
         user = await _sign_up(sessions, settings.signup_mode, data)
-        login(request, user)
+        await log_in(request, sessions, user)
         return Response(
             user_json(user),
             status_code=HTTP_201_CREATED,
@@ -128,21 +136,27 @@ class AuthController(Controller):
         await attempt.refund()
         if user.state == UserState.DISABLED:  # said only to who knows the password
             raise PermissionDeniedException("this account is disabled: ask an admin")
-        login(request, user)
+        await log_in(request, sessions, user)
         return Response(
             user_json(user), cookies=[device_cookie(request, settings.secret_key, email)]
         )
 
     @post("/auth/reset", status_code=HTTP_204_NO_CONTENT)
     async def reset_password(
-        self, data: JSONBody[PasswordReset], sessions: NamedDependency[Sessions]
+        self,
+        data: JSONBody[PasswordReset],
+        sessions: NamedDependency[Sessions],
+        sign_outs: NamedDependency[SignOuts],
     ) -> None:
         """Set a new password with a one-time link an admin made; the user then logs in. Every
-        session of theirs ends and their API keys are revoked (app/domain/accounts/links.py)."""
-        await links.reset_password(sessions, data.token, data.password)
+        session of theirs ends and their API keys are revoked (app/domain/accounts/links.py);
+        their open sockets and running replies end at once (app/domain/chat/sign_outs.py)."""
+        user = await links.reset_password(sessions, data.token, data.password)
+        sign_outs.sign_out(user.id, "password_reset")
 
     @post("/auth/logout", status_code=HTTP_204_NO_CONTENT)
-    async def logout(self, request: Request) -> None:
+    async def logout(self, request: Request, sessions: NamedDependency[Sessions]) -> None:
+        await end_listed(request, sessions)  # off the list of the user's sessions
         logout(request)
 
     @get("/me", guards=[logged_in], dependencies={"user": Provide(provide_user)})

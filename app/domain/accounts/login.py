@@ -1,7 +1,8 @@
 """Logging a browser in and out, and device cookies ("this browser has logged in here before").
 
-A user id lives in the session under USER_KEY. Log-in rotates the session id (the session
-backend, app/web/sessions.py, reads the ROTATE scope key on the way out).
+A user id lives in the session under USER_KEY, and the id of the session's row (the list of the
+user's sessions, app/domain/accounts/browser_sessions.py) under SID_KEY. Log-in rotates the session
+id (the session backend, app/web/sessions.py, reads the ROTATE scope key on the way out).
 """
 
 from __future__ import annotations
@@ -9,15 +10,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from uuid import UUID
 
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 
+from app.db.session import Sessions
+from app.domain.accounts import browser_sessions
 from app.domain.accounts.models import User
 
 USER_KEY = "user_id"
 EPOCH_KEY = "epoch"  # the account's session_epoch at log-in: a raised one ends this session
+SID_KEY = "sid"  # the session's row in account_sessions: a deleted row ends this session
 DEVICE_COOKIE = "device"
 DEVICE_MAX_AGE_S = 365 * 24 * 3600
 ROTATE = "streamchat.session_rotate"  # scope key: give the session a fresh id on the way out
@@ -28,13 +33,42 @@ def rotate(connection: ASGIConnection) -> None:
     connection.scope[ROTATE] = True  # type: ignore[literal-required]
 
 
-def login(request: Request, user: User) -> None:
+def login(request: Request, user: User, session_id: UUID | None = None) -> None:
     """Log in (also after sign-up): the session starts afresh under a new server-made id, and
     the old id is dropped, so an id fixed before log-in names nothing after it (app/web/sessions.py).
-    Admin rights are read from the database on every request, never kept in the session."""
+    Admin rights are read from the database on every request, never kept in the session.
+    `session_id`: the session's row (`log_in` makes it); without one the session is not listed."""
     request.clear_session()
-    request.set_session({USER_KEY: str(user.id), EPOCH_KEY: user.session_epoch})
+    data: dict[str, object] = {USER_KEY: str(user.id), EPOCH_KEY: user.session_epoch}
+    if session_id is not None:
+        data[SID_KEY] = str(session_id)
+    request.set_session(data)
     rotate(request)
+
+
+async def log_in(request: Request, sessions: Sessions, user: User) -> None:
+    """`login`, with a row in the list of the user's sessions (browser, address, last seen)."""
+    await end_listed(request, sessions)
+    user_agent = request.headers.get("user-agent", "")
+    row = await browser_sessions.start(sessions, user, user_agent, client_address(request))
+    login(request, user, row)
+
+
+def session_row(connection: ASGIConnection) -> UUID | None:
+    """The id of this session's row, or None (a session from before the list, or none)."""
+    raw = connection.session.get(SID_KEY) if connection.scope.get("session") else None
+    try:
+        return UUID(raw) if raw else None
+    except ValueError:
+        return None
+
+
+async def end_listed(request: Request, sessions: Sessions) -> None:
+    """Delete this session's row, if it has one (it is ending or being replaced)."""
+    current = session_row(request)
+    user_id = request.session.get(USER_KEY) if request.scope.get("session") else None
+    if current is not None and user_id:
+        await browser_sessions.end(sessions, UUID(user_id), current)
 
 
 def logout(request: Request) -> None:

@@ -1,4 +1,4 @@
-"""Users, their API keys, one-time account links, and the audit log.
+"""Users, their API keys, their logged-in browsers, one-time account links, and the audit log.
 
 Emails are unique regardless of case (a unique index on `lower(email)`), and are stored lower-cased
 by the service. Neither a password nor an API key secret is ever stored: passwords as argon2 hashes,
@@ -15,7 +15,7 @@ from uuid import UUID
 from sqlalchemy import Enum, ForeignKey, Index, String, Text, func
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, CreatedAt, UUIDPrimaryKey
+from app.db.base import Base, CreatedAt, UUIDPrimaryKey, utcnow
 
 
 class UserState(StrEnum):
@@ -58,6 +58,9 @@ class User(UUIDPrimaryKey, CreatedAt, Base):
     # made in, and one from an older epoch is dropped (app/domain/accounts/access.py).
     session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
     last_seen_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Token quotas (app/domain/quotas/): None follows QUOTA_TOKENS_PER_DAY / _MONTH, 0 is no limit
+    quota_tokens_per_day: Mapped[int | None] = mapped_column(default=None)
+    quota_tokens_per_month: Mapped[int | None] = mapped_column(default=None)
 
     def __repr__(self) -> str:
         return f"User(id={self.id}, email={self.email!r}, is_admin={self.is_admin})"
@@ -84,6 +87,23 @@ class ApiKey(UUIDPrimaryKey, CreatedAt, Base):
 
     def __repr__(self) -> str:
         return f"ApiKey(id={self.id}, user_id={self.user_id}, prefix={self.prefix!r})"
+
+
+class BrowserSession(UUIDPrimaryKey, CreatedAt, Base):
+    """One logged-in browser, so that a user can list theirs and end one of them. The server-side
+    session holds this row's id (app/domain/accounts/browser_sessions.py); the session store's own
+    key (the cookie) is never written here, so a database leak logs nobody in. A session whose row
+    is gone is dropped on its next request; rows of an older `epoch` than the account's are dead
+    (ended by "log out everywhere", a password change or reset) and are not listed."""
+
+    __tablename__ = "account_sessions"
+    __table_args__ = (Index("ix_account_sessions_user_id", "user_id"),)
+
+    user_id: Mapped[UUID] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(default=0)
+    user_agent: Mapped[str] = mapped_column(String(300), default="")
+    address: Mapped[str] = mapped_column(String(64), default="")
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class AccountToken(UUIDPrimaryKey, CreatedAt, Base):

@@ -19,7 +19,9 @@ Buckets for a log-in, after OWASP's Credential Stuffing Prevention and Authentic
 Sign-ups count per client address (`signup_max_per_address`), successful or not.
 
 Two stores behind one small interface: in this process, or in Redis (`SESSION_STORE_URL`) so
-that every replica counts against the same buckets.
+that every replica counts against the same buckets. When Redis cannot be reached the limits fail
+closed: the attempt is refused with `SessionStoreUnavailableError` (a 503), never let through
+uncounted.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.domain.errors import DomainError
+from app.domain.errors import DomainError, SessionStoreUnavailableError
 
 
 class TooManyAttemptsError(DomainError):
@@ -131,8 +135,9 @@ return 0
 class RedisAttemptStore:
     """Attempts of every replica, in sorted sets (score: Redis' own clock, in ms)."""
 
-    def __init__(self, url: str, namespace: str) -> None:
-        self._redis = Redis.from_url(url)
+    def __init__(self, redis: Redis, namespace: str) -> None:
+        """`redis`: a client built to reconnect by itself (app/web/session_store.py)."""
+        self._redis = redis
         self._namespace = namespace
         self._reserve = self._redis.register_script(_RESERVE_LUA)
 
@@ -141,13 +146,19 @@ class RedisAttemptStore:
 
     async def reserve(self, limit: Limit, token: str) -> float:
         window_ms = max(1, round(limit.window_s * 1000))
-        wait_ms = await self._reserve(
-            keys=[self._key(limit.key)], args=[token, window_ms, limit.max_attempts]
-        )
+        try:
+            wait_ms = await self._reserve(
+                keys=[self._key(limit.key)], args=[token, window_ms, limit.max_attempts]
+            )
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise SessionStoreUnavailableError() from exc  # fail closed: no uncounted attempt
         return int(wait_ms) / 1000
 
     async def release(self, key: str, token: str) -> None:
-        await self._redis.zrem(self._key(key), token)
+        try:
+            await self._redis.zrem(self._key(key), token)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise SessionStoreUnavailableError() from exc
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -15,7 +15,7 @@ from litestar.params import FromPath, QueryParameter
 
 from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
-from app.domain.admin.acting import record_look
+from app.domain.admin.acting import acting_admin, record_look
 from app.domain.admin.views import GUARDED, kill_reply, live_generations, message_row
 from app.domain.chat import export, reply_rows
 from app.domain.chat.archive_schemas import EXPORT_RESPONSE
@@ -39,10 +39,11 @@ class AdminApiController(Controller):
 
     @post("/live/{message_id:uuid}/kill", status_code=200, raises=[*GUARDED, NotFoundException])
     async def kill(
-        self, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
+        self, request: Request, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
     ) -> dict[str, Any]:
-        """The kill switch: abort a reply on whichever replica runs it."""
-        status = await kill_reply(replies, message_id)
+        """The kill switch: abort a reply on whichever replica runs it (audited)."""
+        by = await acting_admin(request, replies.sessions)
+        status = await kill_reply(replies, message_id, by)
         if status is None:
             raise NotFoundException("no such reply")
         return {"message_id": str(message_id), "status": status}

@@ -12,13 +12,14 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from app.db.session import Sessions
+from app.db.storage import StorageHealth
 from app.domain.accounts import service as accounts
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin import queries
-from app.domain.admin.acting import record_look
+from app.domain.admin.acting import acting_admin, record_look
 from app.domain.admin.charts import histogram_svg, ratings_per_day_svg, states_over_time_svg
 from app.domain.admin.tree_view import conversation_tree
-from app.domain.admin.views import kill_reply, live_generations
+from app.domain.admin.views import kill_reply, live_generations, storage_alert
 from app.domain.chat import chat_settings, ratings
 from app.domain.chat.models import Rating
 from app.domain.chat.replies import ReplyService
@@ -106,6 +107,8 @@ class AdminPages(Controller):
                 "updated_at": row.conversation.updated_at,
                 "message_count": row.message_count,
                 "last_status": str(row.last_status) if row.last_status else None,
+                "pinned": row.conversation.pinned_at is not None,  # its owner's filing
+                "archived": row.conversation.archived_at is not None,
             }
             for row in result.items
         ]
@@ -156,6 +159,8 @@ class AdminPages(Controller):
                     "user_email": owner.email if owner else "(deleted)",
                     "created_at": conversation.created_at,
                     "updated_at": conversation.updated_at,
+                    "pinned_at": conversation.pinned_at,
+                    "archived_at": conversation.archived_at,
                 },
                 tree=conversation_tree(conversation, messages),
                 settings={"system_prompt": chosen.system_prompt, "sampling": chosen.given()},
@@ -165,21 +170,28 @@ class AdminPages(Controller):
 
     @get("/live")
     async def live(
-        self, replies: NamedDependency[ReplyService], engine: NamedDependency[Engine]
+        self,
+        replies: NamedDependency[ReplyService],
+        engine: NamedDependency[Engine],
+        storage: NamedDependency[StorageHealth],
     ) -> Template:
         emails = {str(u.id): u.email for u in await accounts.list_users(replies.sessions)}
         generations = live_generations(replies.manager, emails)
         return Template(
             "admin/live.html",
-            context=dict(generations=generations, engine_stats=engine.stats()),
+            context=dict(
+                generations=generations,
+                engine_stats=engine.stats(),
+                storage=storage_alert(storage),
+            ),
         )
 
     @post("/live/{message_id:uuid}/kill", status_code=303)
     async def kill(
-        self, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
+        self, request: Request, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
     ) -> Redirect:
-        """The kill switch (a form post): abort a reply wherever it runs."""
-        await kill_reply(replies, message_id)
+        """The kill switch (a form post): abort a reply wherever it runs (audited)."""
+        await kill_reply(replies, message_id, await acting_admin(request, replies.sessions))
         return Redirect("/admin/live", status_code=303)
 
     @get("/charts")

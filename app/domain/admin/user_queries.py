@@ -1,5 +1,7 @@
 """The users page's list: each account with its role, state, last seen, and its replies and
-tokens this day and this month (UTC), counted from the replies' own engine usage."""
+tokens this day and this month (UTC), counted from the replies' own engine usage, and what its
+token quotas' counter holds (app/domain/quotas/: replies still running count their reservation;
+deleted conversations still count)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.accounts.models import ApiKey, User, UserState
 from app.domain.chat.models import Conversation, Message, MessageRole
+from app.domain.quotas import counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,7 @@ class UserRow:
     user: User
     last_seen_at: datetime | None  # in the app, or with an API key
     usage: Usage
+    quota_used: tuple[int, int] = (0, 0)  # the quota counter's tokens today, this month
 
 
 async def list_users(
@@ -55,6 +59,8 @@ async def list_users(
         )
         ids = [u.id for u in users]
         usage = await _usage(session, ids)
+        today = utcnow().date()
+        quota_used = await counter.usage_by_user(session, ids, today, today.replace(day=1))
         key_seen = dict(
             (
                 await session.execute(
@@ -65,7 +71,12 @@ async def list_users(
             ).all()
         )
     rows = [
-        UserRow(u, _latest(u.last_seen_at, key_seen.get(u.id)), usage.get(u.id, Usage()))
+        UserRow(
+            u,
+            _latest(u.last_seen_at, key_seen.get(u.id)),
+            usage.get(u.id, Usage()),
+            quota_used.get(u.id, (0, 0)),
+        )
         for u in users
     ]
     return rows, total

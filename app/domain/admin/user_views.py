@@ -38,6 +38,17 @@ def row_json(row: user_queries.UserRow) -> dict[str, Any]:
         "tokens_day": usage.tokens_day,
         "replies_month": usage.replies_month,
         "tokens_month": usage.tokens_month,
+        **quota_json(row.user),
+        "quota_used_day": row.quota_used[0],
+        "quota_used_month": row.quota_used[1],
+    }
+
+
+def quota_json(user: User) -> dict[str, Any]:
+    """The user's quota overrides: None follows the default, 0 is no limit."""
+    return {
+        "quota_per_day": user.quota_tokens_per_day,
+        "quota_per_month": user.quota_tokens_per_month,
     }
 
 

@@ -28,10 +28,13 @@ from app.domain.admin.user_views import (
     entry_json,
     iso,
     parse_state,
+    quota_json,
     row_json,
     search_text,
 )
 from app.domain.admin.views import GUARDED
+from app.domain.chat.sign_outs import SignOuts
+from app.domain.quotas import overrides
 from app.domain.refusals import documented
 
 # 400 (a bad parameter or body) is in every route's document already (Litestar's validation);
@@ -47,6 +50,16 @@ class NewUser(msgspec.Struct, forbid_unknown_fields=True):
 
 class Role(msgspec.Struct, forbid_unknown_fields=True):
     is_admin: bool
+
+
+TokenLimit = Annotated[int, msgspec.Meta(ge=0, le=overrides.MAX_LIMIT)] | None
+
+
+class QuotaLimits(msgspec.Struct, forbid_unknown_fields=True):
+    """A user's token quotas: null follows the server's default, 0 is no limit."""
+
+    per_day: TokenLimit = None
+    per_month: TokenLimit = None
 
 
 class NewInvitation(msgspec.Struct, forbid_unknown_fields=True):
@@ -109,10 +122,12 @@ class AdminUsersApi(Controller):
         request: Request,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
     ) -> dict[str, Any]:
         done = await management.disable(sessions, actor(request, user), user_id)
         changed(request, user_id)
+        sign_outs.sign_out(user_id, "disabled")  # their sockets and replies end at once
         return account_json(done)
 
     @post("/users/{user_id:uuid}/enable", status_code=200, raises=CHANGE_RAISES)
@@ -139,16 +154,33 @@ class AdminUsersApi(Controller):
         done = await management.set_role(sessions, actor(request, user), user_id, data.is_admin)
         return account_json(done)
 
+    @put("/users/{user_id:uuid}/quota", raises=CHANGE_RAISES)
+    async def set_quota(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+        data: JSONBody[QuotaLimits],
+    ) -> dict[str, Any]:
+        """Set the user's token quotas (audited); the next reply they start is held to them."""
+        done = await overrides.set_limits(
+            sessions, actor(request, user), user_id, data.per_day, data.per_month
+        )
+        return {**account_json(done), **quota_json(done)}
+
     @post("/users/{user_id:uuid}/logout", status_code=200, raises=CHANGE_RAISES)
     async def logout_everywhere(
         self,
         request: Request,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
     ) -> dict[str, Any]:
         done = await management.end_sessions(sessions, actor(request, user), user_id)
         changed(request, user_id)
+        sign_outs.sign_out(user_id, "logged_out")  # their sockets and replies end at once
         return account_json(done)
 
     @post("/users/{user_id:uuid}/reset-link", status_code=HTTP_201_CREATED, raises=CHANGE_RAISES)
@@ -169,10 +201,12 @@ class AdminUsersApi(Controller):
         request: Request,
         sessions: NamedDependency[Sessions],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
     ) -> None:
         await management.delete_user(sessions, actor(request, user), user_id)
         changed(request, user_id)
+        sign_outs.sign_out(user_id, "deleted")  # their sockets and replies end at once
 
     @post("/invitations", status_code=HTTP_201_CREATED, raises=GUARDED)
     async def invite(

@@ -24,7 +24,9 @@ from app.domain.accounts.models import User, UserState
 from app.domain.admin import user_queries
 from app.domain.admin.acting import actor, changed
 from app.domain.admin.user_views import PAGE_SIZE, entry_json, parse_state, row_json, search_text
+from app.domain.chat.sign_outs import SignOuts
 from app.domain.errors import DomainError
+from app.domain.quotas import overrides
 from app.settings import Settings
 
 MAX_PAGE = 1_000_000
@@ -35,6 +37,8 @@ ACTIONS = {
     "logout": management.end_sessions,
     "delete": management.delete_user,
 }
+SIGNS_OUT = {"disable": "disabled", "delete": "deleted", "logout": "logged_out"}
+"""The actions that end the user's sessions: their sockets and replies end too, at once."""
 
 
 @dataclass
@@ -42,6 +46,12 @@ class NewUserForm:
     email: str = ""
     password: str = ""
     role: str = "user"
+
+
+@dataclass
+class QuotaForm:
+    per_day: str = ""  # empty: the default
+    per_month: str = ""
 
 
 @dataclass
@@ -92,6 +102,10 @@ class AdminUserPages(Controller):
                 filters={"q": q or "", "state": state or ""},
                 states=[s.value for s in UserState],
                 signup_mode=settings.signup_mode,
+                quota_defaults={
+                    "per_day": settings.quota_tokens_per_day,
+                    "per_month": settings.quota_tokens_per_month,
+                },
                 me=str(request.user),
                 **shown,
             ),
@@ -114,6 +128,7 @@ class AdminUserPages(Controller):
         sessions: NamedDependency[Sessions],
         settings: NamedDependency[Settings],
         user: NamedDependency[User],
+        sign_outs: NamedDependency[SignOuts],
         user_id: FromPath[UUID],
         action: FromPath[str],
     ) -> Redirect | Template:
@@ -129,6 +144,8 @@ class AdminUserPages(Controller):
                 request, sessions, settings, status_code=exc.status, error=exc.public_message
             )
         changed(request, user_id)
+        if action in SIGNS_OUT:
+            sign_outs.sign_out(user_id, SIGNS_OUT[action])
         return Redirect("/admin/users", status_code=303)
 
     @post("/users/{user_id:uuid}/role/set", status_code=303)
@@ -143,6 +160,26 @@ class AdminUserPages(Controller):
     ) -> Redirect | Template:
         try:
             await management.set_role(sessions, actor(request, user), user_id, data.role == "admin")
+        except DomainError as exc:
+            return await self._users_page(
+                request, sessions, settings, status_code=exc.status, error=exc.public_message
+            )
+        return Redirect("/admin/users", status_code=303)
+
+    @post("/users/{user_id:uuid}/quota/set", status_code=303)
+    async def set_quota(
+        self,
+        request: Request,
+        sessions: NamedDependency[Sessions],
+        settings: NamedDependency[Settings],
+        user: NamedDependency[User],
+        user_id: FromPath[UUID],
+        data: Annotated[QuotaForm, Form],
+    ) -> Redirect | Template:
+        try:
+            per_day = overrides.parse_form_limit(data.per_day, "per_day")
+            per_month = overrides.parse_form_limit(data.per_month, "per_month")
+            await overrides.set_limits(sessions, actor(request, user), user_id, per_day, per_month)
         except DomainError as exc:
             return await self._users_page(
                 request, sessions, settings, status_code=exc.status, error=exc.public_message

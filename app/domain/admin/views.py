@@ -9,8 +9,13 @@ from uuid import UUID
 import msgspec
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 
+from app.db.session import Sessions, transaction
+from app.db.storage import StorageHealth
+from app.domain.accounts import audit
+from app.domain.accounts.audit import Actor
+from app.domain.accounts.models import User
 from app.domain.chat import reply_rows
-from app.domain.chat.models import Message
+from app.domain.chat.models import Conversation, Message
 from app.domain.chat.replies import ReplyService
 from app.domain.chat.schemas import MessageResponse
 from app.streaming.events import CancelCause
@@ -51,13 +56,35 @@ def message_row(m: Message) -> dict[str, Any]:
     }
 
 
-async def kill_reply(replies: ReplyService, message_id: UUID) -> str | None:
-    """Abort a reply wherever it runs; its status afterwards, or None if there is no such reply."""
+async def kill_reply(replies: ReplyService, message_id: UUID, by: Actor) -> str | None:
+    """Abort a reply wherever it runs, and audit it (`kill_reply`, naming the reply's owner);
+    its status afterwards, or None if there is no such reply."""
     message = await reply_rows.get_message_unscoped(replies.sessions, message_id)
     if message is None or str(message.role) != "assistant":
         return None
+    was = str(message.status)
     reply = replies.manager.get(str(message_id)) or message
-    return await replies.stop(reply, CancelCause.ADMIN)
+    status = await replies.stop(reply, CancelCause.ADMIN)
+    await _record_kill(replies.sessions, by, message, was, status)
+    return status
+
+
+async def _record_kill(
+    sessions: Sessions, by: Actor, message: Message, was: str, status: str
+) -> None:
+    async with transaction(sessions) as session:
+        conversation = await session.get(Conversation, message.conversation_id)
+        owner = await session.get(User, conversation.user_id) if conversation else None
+        await audit.record(
+            session,
+            by,
+            "kill_reply",
+            owner,
+            message=str(message.id),
+            conversation=str(message.conversation_id),
+            was=was,
+            status=status,
+        )
 
 
 def live_generations(
@@ -83,3 +110,15 @@ def live_generations(
         }
         for g in manager.live()
     ]
+
+
+def storage_alert(storage: StorageHealth) -> dict[str, Any] | None:
+    """What the live view shows while the database refuses writes (app/db/storage.py), or None."""
+    if storage.problem is None:
+        return None
+    return {
+        "kind": storage.kind,
+        "detail": storage.detail,
+        "since": datetime.fromtimestamp(storage.since or 0, UTC),
+        "refusals": storage.refusals,
+    }

@@ -82,6 +82,7 @@ class ArchiveController(Controller):
                 updated_at=hit.conversation.updated_at.isoformat(),
                 message_id=str(hit.message_id) if hit.message_id else None,
                 snippet=SearchSnippet(hit.snippet.before, hit.snippet.match, hit.snippet.after),
+                archived=hit.conversation.archived_at is not None,
             )
             for hit in hits
         ]

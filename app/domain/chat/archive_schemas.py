@@ -102,6 +102,27 @@ class ConversationExportV1(_Export, kw_only=True, tag=1):
 AnyConversationExport = ConversationExport | ConversationExportV1
 """What import reads: `version` says which."""
 
+ACCOUNT_EXPORT_FORMAT = "streamchat.conversations"
+MAX_ACCOUNT_IMPORT_BYTES = 50_000_000
+MAX_ACCOUNT_CONVERSATIONS = 10_000
+
+
+class AccountExport(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Every conversation of one account in one file (the account page's export): each entry is
+    exactly a one-conversation export, so one can also be cut out and imported alone."""
+
+    format: Literal["streamchat.conversations"]
+    exported_at: Moment
+    conversations: Annotated[
+        list[AnyConversationExport], msgspec.Meta(max_length=MAX_ACCOUNT_CONVERSATIONS)
+    ]
+
+
+class ExportFormatOnly(msgspec.Struct):
+    """The `format` of a file, whatever else it holds (to say which import reads it)."""
+
+    format: str = ""
+
 
 EXPORT_RESPONSE = {
     200: ResponseSpec(
@@ -128,6 +149,7 @@ class SearchResult(msgspec.Struct):
     updated_at: str
     message_id: str | None  # the matching message; null when the title matched
     snippet: SearchSnippet
+    archived: bool = False  # out of the list, in the sidebar's "Archived"
 
 
 class RateReply(msgspec.Struct, forbid_unknown_fields=True):
@@ -140,3 +162,14 @@ class RatingResponse(msgspec.Struct):
     rating: str
     comment: str | None
     updated_at: str
+
+
+ACCOUNT_EXPORT_RESPONSE = {
+    200: ResponseSpec(
+        AccountExport,
+        media_type="application/json",
+        description="every conversation of the user's, as an attachment",
+        generate_examples=False,
+    )
+}
+"""The account export's success, for the OpenAPI document (the handler returns raw bytes)."""

@@ -57,6 +57,32 @@ class NotShownError(DomainError, LookupError):
     message = "that message is not on the branch shown now: reload the conversation"
 
 
+class StaleBranchError(DomainError):
+    """A send after a message that something follows already: the page that sent it did not see
+    a turn added since (another tab or device). It reloads the conversation; nothing is written."""
+
+    status = 409
+    message = (
+        "this conversation has moved on since this page showed it (another tab or device added "
+        "to it): look at it again and send once more"
+    )
+
+
+def branch_to(tree: Tree, current_leaf: UUID | None, parent_id: UUID | None) -> list[Message]:
+    """The branch a new turn follows: the one ending at `parent_id`, the last message on the
+    sender's screen (None: the branch the server shows, through `current_leaf`). Raises
+    UnknownBranchError (not a message of this conversation) or StaleBranchError (not a branch's
+    end any more)."""
+    if parent_id is None:
+        return tree.shown(current_leaf)
+    parent = tree.by_id.get(parent_id)
+    if parent is None:
+        raise UnknownBranchError(parent_id)
+    if not tree.is_leaf(parent):
+        raise StaleBranchError(parent_id)
+    return tree.path(parent_id)
+
+
 @dataclass(frozen=True, slots=True)
 class Thread:
     """A conversation as its owner sees it: the messages of the branch shown, and every tree."""

@@ -30,24 +30,26 @@ from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
-from app.domain.chat import branches, conversations, reply_rows
+from app.domain.chat import branches, conversations, fitting, reply_rows
 from app.domain.chat.conversation_service import ConversationService
-from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService
+from app.domain.chat.replies import NotFoundError, ReplyEvents, ReplyService, TooManyRepliesError
 from app.domain.chat.reply_frames import page_sse
 from app.domain.chat.schemas import (
     CancelReply,
     ClientMetrics,
+    ConversationChanges,
     ConversationResponse,
     ConversationWithMessages,
     NewConversation,
-    Rename,
     ReplyOptions,
     ResumeReply,
     SendMessage,
+    SendTurn,
     ShowBranch,
     StopResult,
 )
 from app.domain.errors import InvalidInputError, UnavailableError
+from app.domain.quotas.service import QuotaExceededError
 from app.domain.refusals import ConflictError, documented
 from app.domain.sse import LONG_LIVED, sse_response
 
@@ -72,12 +74,16 @@ EVENT_STREAM_RESPONSE = {
 Litestar would send their JSON errors with it too.)"""
 # The errors each kind of endpoint answers with, for the OpenAPI document (`raises`): no session
 # (401), a write without the CSRF header (403), an id that is not the user's (404), a reply that
-# cannot be regenerated (409), an engine that is not taking requests (503).
+# cannot be regenerated (409), too many replies or a token quota used up (429), an engine that
+# is not taking requests (503).
 READ = [NotAuthorizedException]
 READ_ONE = [*READ, *documented(NotFoundError, conversations.ConversationNotFoundError)]
 WRITE = [*READ, PermissionDeniedException]
 WRITE_ONE = [*WRITE, *documented(NotFoundError, conversations.ConversationNotFoundError)]
-START_REPLY = [*WRITE_ONE, *documented(UnavailableError)]
+START_REPLY = [
+    *WRITE_ONE,
+    *documented(UnavailableError, TooManyRepliesError, QuotaExceededError),
+]
 
 
 PAGE, MAX_PAGE = 100, 500
@@ -116,18 +122,21 @@ class ConversationController(Controller):
         user: NamedDependency[User],
         after: Annotated[datetime | None, QueryParameter()] = None,
         after_id: Annotated[UUID | None, QueryParameter()] = None,
+        after_pinned: Annotated[datetime | None, QueryParameter()] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = PAGE,
+        archived: Annotated[bool, QueryParameter()] = False,
     ) -> list[ConversationResponse]:
-        """The newest `limit` conversations; with `after` and `after_id` (the `updated_at` and
-        `id` of the last one listed), the `limit` after it: the sidebar's next page."""
+        """The newest `limit` conversations, the pinned ones first (newest pin first), archived
+        ones left out; with `after` and `after_id` (the `updated_at` and `id` of the last one
+        listed, and `after_pinned`, its `pinned_at`, when it was pinned), the `limit` after it:
+        the sidebar's next page. With `archived=true`, the archived ones, paged the same way."""
         if (after is None) != (after_id is None):
             raise InvalidInputError("give after and after_id together (the last one listed)")
+        key = None
+        if after is not None and after_id is not None:
+            key = conversations.ListKey(after, after_id, None if archived else after_pinned)
         rows = await conversations.list_conversations(
-            sessions,
-            user.id,
-            source="page",
-            limit=limit,
-            after=None if after is None or after_id is None else (after, after_id),
+            sessions, user.id, source="page", limit=limit, after=key, archived=archived
         )
         return [ConversationResponse.of(c) for c in rows]
 
@@ -157,35 +166,42 @@ class ConversationController(Controller):
         the branch shown any more). `context`: what the next message may hold."""
         thread = await branches.visible_thread(sessions, user.id, conversation_id)
         shown = ConversationWithMessages.of_thread(thread, thread.page(before, limit))
-        shown.context = await replies.context_limits(conversation_id)
+        engine, limits = replies.manager.engine, replies.limits
+        shown.context = await fitting.context_limits(sessions, engine, limits, conversation_id)
         return shown
 
     @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
     async def show_branch(
         self,
-        sessions: NamedDependency[Sessions],
+        conversation_service: NamedDependency[ConversationService],
         replies: NamedDependency[ReplyService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
         data: JSONBody[ShowBranch],
     ) -> ConversationWithMessages:
         """Show another version (the branch through `message_id`, to its newest end): the
-        conversation as it reads now. The next turn follows it."""
-        thread = await branches.switch_branch(sessions, user.id, conversation_id, data.message_id)
+        conversation as it reads now. The next turn follows it; the user's other pages showing
+        the conversation hear of it (push event `branch_shown`) and re-render it."""
+        thread = await conversation_service.show_branch(user.id, conversation_id, data.message_id)
         shown = ConversationWithMessages.of_thread(thread)
-        shown.context = await replies.context_limits(conversation_id)
+        engine, limits = replies.manager.engine, replies.limits
+        shown.context = await fitting.context_limits(
+            replies.sessions, engine, limits, conversation_id
+        )
         return shown
 
     @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
-    async def rename(
+    async def change(
         self,
         conversation_service: NamedDependency[ConversationService],
         user: NamedDependency[User],
         conversation_id: FromPath[UUID],
-        data: JSONBody[Rename],
+        data: JSONBody[ConversationChanges],
     ) -> ConversationResponse:
-        renamed = await conversation_service.rename(user.id, conversation_id, data.title)
-        return ConversationResponse.of(renamed)
+        """Rename (`title`), pin or unpin (`pinned`), archive or unarchive (`archived`); a field
+        left out stays. Archiving unpins, pinning unarchives; both true at once is a 400."""
+        changed = await conversation_service.change(user.id, conversation_id, data)
+        return ConversationResponse.of(changed)
 
     @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
     async def remove(
@@ -200,7 +216,7 @@ class ConversationController(Controller):
         "/{conversation_id:uuid}/messages",
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
-        raises=START_REPLY,
+        raises=[*START_REPLY, ConflictError],
         opt=LONG_LIVED,
     )
     async def send(
@@ -208,9 +224,12 @@ class ConversationController(Controller):
         request: Request[UUID, Any, Any],
         replies: NamedDependency[ReplyService],
         conversation_id: FromPath[UUID],
-        data: JSONBody[SendMessage],
+        data: JSONBody[SendTurn],
     ) -> Stream:
-        """Send a message; the answer is the reply as server-sent events."""
+        """Send a message, after `parent_id` (the last message the page shows; left out: the
+        branch the server shows); the answer is the reply as server-sent events. 404: the
+        parent is not a message of this conversation; 409: something follows it already (the
+        page missed a turn added elsewhere: reload the conversation)."""
         # The user's row is read by the send's own query (ReplyService.send), not separately:
         # the user id is the session's (`request.user`), and Litestar resolves only the
         # dependencies a handler names (`expected_dependencies`, litestar/_kwargs/kwargs_model.py),

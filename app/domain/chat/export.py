@@ -15,7 +15,9 @@ from sqlalchemy import select
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.archive_schemas import (
+    ACCOUNT_EXPORT_FORMAT,
     EXPORT_FORMAT,
+    AccountExport,
     ConversationExport,
     ExportedConversation,
     ExportedMessage,
@@ -53,6 +55,43 @@ async def conversation_rows(
             .order_by(Message.created_at)
         )
         return conversation, list(messages)
+
+
+async def all_conversation_rows(
+    sessions: Sessions, user_id: UUID
+) -> list[tuple[Conversation, list[Message]]]:
+    """Every conversation of the user's, oldest first, each with all its messages (one
+    transaction: a consistent picture)."""
+    async with transaction(sessions) as session:
+        conversations = list(
+            await session.scalars(
+                select(Conversation)
+                .where(Conversation.user_id == user_id)
+                .order_by(Conversation.created_at, Conversation.id)
+            )
+        )
+        messages = await session.scalars(
+            select(Message)
+            .join(Conversation, Conversation.id == Message.conversation_id)
+            .where(Conversation.user_id == user_id)
+            .order_by(Message.created_at)
+        )
+        by_conversation: dict[UUID, list[Message]] = {c.id: [] for c in conversations}
+        for message in messages:
+            if message.conversation_id in by_conversation:
+                by_conversation[message.conversation_id].append(message)
+    return [(c, by_conversation[c.id]) for c in conversations]
+
+
+def render_account(rows: list[tuple[Conversation, list[Message]]]) -> ExportFile:
+    """Every conversation in one JSON file (import reads it back: POST /api/account/import)."""
+    bundle = AccountExport(
+        format=ACCOUNT_EXPORT_FORMAT,
+        exported_at=utcnow(),
+        conversations=[to_export(c, m) for c, m in rows],
+    )
+    body = msgspec.json.format(msgspec.json.encode(bundle))
+    return ExportFile(body, MEDIA_TYPES["json"], f"conversations-{utcnow():%Y-%m-%d}.json")
 
 
 def to_export(conversation: Conversation, messages: list[Message]) -> ConversationExport:

@@ -23,12 +23,12 @@ from msgspec import UNSET, UnsetType
 
 from app.domain.chat.push_events import PushEvent
 from app.domain.chat.reply_frames import PageFrame
-from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage
+from app.domain.chat.schemas import CancelReply, ReplyOptions, ResumeReply, SendMessage, SendTurn
 from app.domain.errors import InvalidInputError
 from app.domain.json_input import TOO_DEEP, BadJsonError, decode_frame, text_problem
 
 
-class SendFrame(SendMessage, tag_field="type", tag="send", forbid_unknown_fields=True):
+class SendFrame(SendTurn, tag_field="type", tag="send", forbid_unknown_fields=True):
     conversation_id: UUID | None = None  # required: refused with a 400 that says so
     client_ref: str | None = None
 

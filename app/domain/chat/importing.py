@@ -17,11 +17,14 @@ import msgspec
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.archive_schemas import (
+    ACCOUNT_EXPORT_FORMAT,
+    AccountExport,
     AnyConversationExport,
     ConversationExport,
     ConversationExportV1,
     ExportedConversation,
     ExportedMessage,
+    ExportFormatOnly,
 )
 from app.domain.chat.conversations import clean_title
 from app.domain.chat.models import Conversation, ConversationSource, Message, MessageRole
@@ -41,9 +44,45 @@ def decode_export(body: bytes) -> ConversationExport:
     try:
         export = msgspec.json.decode(body, type=AnyConversationExport)
     except msgspec.ValidationError as exc:  # msgspec names the path: "... - at `$.messages[3]`"
+        if format_of(body) == ACCOUNT_EXPORT_FORMAT:
+            raise ImportRefusedError(
+                "this file holds every conversation of an account: import it on the account "
+                "page (POST /api/account/import)"
+            ) from exc
         raise ImportRefusedError(f"not a conversation export: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise ImportRefusedError(f"not JSON: {exc}") from exc
+    return checked(export)
+
+
+def decode_account_export(body: bytes) -> list[ConversationExport]:
+    """Every conversation of an account export (app/domain/chat/export.py), each checked as
+    `decode_export` checks one; ImportRefusedError saying where the file is wrong."""
+    try:
+        bundle = msgspec.json.decode(body, type=AccountExport)
+    except msgspec.ValidationError as exc:
+        raise ImportRefusedError(f"not an account export: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ImportRefusedError(f"not JSON: {exc}") from exc
+    exports = []
+    for index, export in enumerate(bundle.conversations):
+        try:
+            exports.append(checked(export))
+        except ImportRefusedError as exc:
+            raise ImportRefusedError(f"conversations[{index}]: {exc}") from exc
+    return exports
+
+
+def format_of(body: bytes) -> str:
+    try:
+        return msgspec.json.decode(body, type=ExportFormatOnly).format
+    except msgspec.MsgspecError:
+        return ""
+
+
+def checked(export: AnyConversationExport) -> ConversationExport:
+    """A decoded export whose text is storable and whose messages form a tree, as the current
+    version; ImportRefusedError otherwise."""
     if (problem := text_problem(export.conversation.title)) is not None:
         raise ImportRefusedError(f"conversation.title: {problem}")
     for index, message in enumerate(export.messages):

@@ -9,19 +9,26 @@ from uuid import UUID
 from app.db.cancel_channel import CancelChannel
 from app.db.session import Sessions, transaction
 from app.domain.chat import reply_rows
+from app.domain.quotas import counter
+from app.domain.quotas.service import Quotas
 from app.streaming.generation import Outcome
 from app.streaming.ledger import Action, Progress
 
 
 class DatabaseLedger:
     def __init__(
-        self, sessions: Sessions, channel: CancelChannel, replica_id: str | None = None
+        self,
+        sessions: Sessions,
+        channel: CancelChannel,
+        replica_id: str | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         """`replica_id`: this process's replica (None: a single-process deployment), whose rows
-        left streaming `close_interrupted` closes."""
+        left streaming `close_interrupted` closes. `quotas`: whose reservations the ends settle."""
         self.sessions = sessions
         self.channel = channel
         self.replica_id = replica_id
+        self.quotas = quotas
 
     async def save_progress(self, progress: Sequence[Progress]) -> None:
         """Every running reply's partial text, in ONE transaction (one fsync, one write lock)."""
@@ -40,10 +47,17 @@ class DatabaseLedger:
 
         Both batches lock their rows in message-id order: a progress flush and a batch of ends
         running at once on PostgreSQL would otherwise each hold a row the other waits for
-        ("deadlock detected", seen under a burst of 256), and one of them would be rolled back."""
+        ("deadlock detected", seen under a burst of 256), and one of them would be rolled back.
+
+        The same transaction settles the replies' token quotas (app/domain/quotas/service.py):
+        counted once, with the end, whatever the end is."""
         params = [reply_rows.final_params(o) for o in sorted(outcomes, key=lambda o: o.message_id)]
+        settle = self.quotas.settlements(outcomes) if self.quotas is not None else []
         async with transaction(self.sessions) as session:
             await session.execute(reply_rows.FINAL_UPDATE, params)
+            await counter.add(session, sorted(settle, key=lambda p: (str(p["user"]), p["day"])))
+        if self.quotas is not None:
+            self.quotas.settled(outcomes)
 
     async def load(self, message_id: str) -> Outcome | None:
         message = await reply_rows.get_message_unscoped(self.sessions, UUID(message_id))

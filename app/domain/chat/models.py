@@ -61,6 +61,10 @@ class Conversation(UUIDPrimaryKey, CreatedAt, Base):
     # path from the root to it. No foreign key: one back to `messages` would make the two tables a
     # cycle that SQLite cannot build; messages are only ever deleted with their conversation.
     current_leaf_id: Mapped[UUID | None] = mapped_column(default=None)
+    # Filed by its owner (conversations.py, `file_conversation`): pinned ones lead the list, newest
+    # pin first; archived ones leave it (still searched, exported, opened by address). Never both.
+    pinned_at: Mapped[datetime | None] = mapped_column(default=None)
+    archived_at: Mapped[datetime | None] = mapped_column(default=None)
 
     # Loaded only when asked for (selectinload); a lazy load in async code would raise anyway.
     messages: Mapped[list[Message]] = relationship(

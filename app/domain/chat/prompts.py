@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.session import Sessions, transaction
 from app.domain.accounts.models import User
-from app.domain.chat.branches import NotEditableError, load_tree
+from app.domain.chat.branches import NotEditableError, branch_to, load_tree
 from app.domain.chat.chat_settings import NO_SETTINGS, as_settings
 from app.domain.chat.context_window import Said
 from app.domain.chat.conversations import DEFAULT_TITLE, ConversationNotFoundError
@@ -156,10 +156,14 @@ _NEXT_TURN = (
 )
 
 
-async def next_turn(session: AsyncSession, user_id: UUID, conversation_id: UUID) -> NextTurn:
-    """The user's conversation, its settings and the branch it shows, in one query in the
-    caller's transaction, which also checks that the user still exists. Raises NotLoggedInError
-    (no such user), ConversationNotFoundError (also for another user's)."""
+async def next_turn(
+    session: AsyncSession, user_id: UUID, conversation_id: UUID, parent_id: UUID | None = None
+) -> NextTurn:
+    """The user's conversation, its settings and the branch the new turn follows (the one
+    ending at `parent_id`, the sender's last shown message; None: the one the server shows), in
+    one query in the caller's transaction, which also checks that the user still exists. Raises
+    NotLoggedInError (no such user), ConversationNotFoundError (also for another user's),
+    UnknownBranchError or StaleBranchError (`branches.branch_to`)."""
     params = {"user_id": user_id, "conversation_id": conversation_id}
     rows = (await session.execute(_NEXT_TURN, params)).all()
     if not rows:
@@ -168,7 +172,7 @@ async def next_turn(session: AsyncSession, user_id: UUID, conversation_id: UUID)
     if head.title is None:
         raise ConversationNotFoundError(conversation_id)
     tree = Tree(row for row in rows if row.id is not None)  # type: ignore[misc]  # duck-typed
-    path = tree.shown(head.current_leaf_id)
+    path = branch_to(tree, head.current_leaf_id, parent_id)
     return NextTurn(
         title=head.title,
         source=head.source,

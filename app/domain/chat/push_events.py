@@ -1,6 +1,7 @@
 """What one page of a user hears about the user's other pages: a reply started or ended, a
-conversation created, renamed or deleted. Small events, published after the write they report has
-committed, to every open page of that user only (app/streaming/push.py keeps the channels).
+conversation created, renamed, filed (pinned or archived, or back) or deleted, another version of
+one shown. Small events, published after the write they report has committed, to every open page
+of that user only (app/streaming/push.py keeps the channels).
 
 A page that hears `reply_started` for the conversation it shows resumes that reply the usual way
 (`ReplyService.resume`, from offset 0): the text itself only ever travels through the streaming
@@ -24,7 +25,7 @@ import msgspec
 
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager
-from app.streaming.push import PushHub
+from app.streaming.push import EVICTED, PushChannel, PushHub
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +51,41 @@ class ConversationRenamed(msgspec.Struct, tag_field="event", tag="conversation_r
     title: str
 
 
+class ConversationFiled(msgspec.Struct, tag_field="event", tag="conversation_filed"):
+    """Pinned, unpinned, archived or unarchived: where it belongs in the list now."""
+
+    conversation_id: str
+    title: str
+    updated_at: str
+    pinned_at: str | None
+    archived_at: str | None
+
+
 class ConversationDeleted(msgspec.Struct, tag_field="event", tag="conversation_deleted"):
     conversation_id: str
 
 
-class Resync(msgspec.Struct, tag_field="event", tag="resync"):
-    """Events were dropped (the page fell behind, or just connected): refetch what it shows."""
+class BranchShown(msgspec.Struct, tag_field="event", tag="branch_shown"):
+    """Another version is shown (a page switched it): the pages showing the conversation
+    re-render it, so that what they show, and send after, is the branch ending at `leaf_id`."""
+
+    conversation_id: str
+    leaf_id: str | None
+
+
+class Resync(msgspec.Struct, tag_field="event", tag="resync", omit_defaults=True):
+    """Events were dropped (the page fell behind, or just connected): refetch what it shows.
+    `reason` "evicted": this channel was ended, the user's newer ones pushed it out (past
+    PUSH_MAX_CHANNELS_PER_USER); the page should not reconnect it, nor expect more events on it."""
+
+    reason: str | None = None
+
+
+class SignedOut(msgspec.Struct, tag_field="event", tag="signed_out"):
+    """The account was signed out everywhere (`reason`: disabled, deleted, password_reset or
+    logged_out): the channel ends after this, and the page goes to the log-in page."""
+
+    reason: str
 
 
 PushEvent = (
@@ -63,8 +93,11 @@ PushEvent = (
     | ReplyEnded
     | ConversationCreated
     | ConversationRenamed
+    | ConversationFiled
     | ConversationDeleted
+    | BranchShown
     | Resync
+    | SignedOut
 )
 
 
@@ -81,10 +114,17 @@ class UserPush:
         self.hub = hub
         self.manager = manager
         self.relay = relay
+        # Another replica's sign-out of a user (app/domain/chat/sign_outs.py), applied here.
+        self.on_signed_out: Callable[[str, SignedOut], None] | None = None
         self._watchers: set[asyncio.Task[None]] = set()
 
     def publish(self, user_id: UUID | str, event: PushEvent) -> None:
         self.hub.publish(str(user_id), event)
+        if self.relay is not None:
+            self.relay(str(user_id), _encode(event).decode())
+
+    def tell_others(self, user_id: UUID | str, event: PushEvent) -> None:
+        """Relay `event` to the other replicas only (a sign-out, which each applies itself)."""
         if self.relay is not None:
             self.relay(str(user_id), _encode(event).decode())
 
@@ -94,6 +134,10 @@ class UserPush:
             event = _decode(payload)
         except msgspec.DecodeError:  # not an event this version knows (a mixed-version roll-out)
             log.warning("ignoring a relayed push event %r", payload[:200])
+            return
+        if isinstance(event, SignedOut):
+            if self.on_signed_out is not None:
+                self.on_signed_out(user_id, event)
             return
         self.hub.publish(user_id, event)
 
@@ -125,17 +169,28 @@ class UserPush:
         ]
 
     async def page_events(
-        self, user_id: UUID | str, keepalive_s: float
+        self,
+        user_id: UUID | str,
+        keepalive_s: float,
+        subscribed: Callable[[PushChannel[PushEvent]], None] | None = None,
     ) -> AsyncGenerator[PushEvent | None, None]:
         """One page's events: a heartbeat (None) as soon as it is subscribed (the page then knows
         it hears everything from here on), the replies live now, then each event as it comes
-        (Resync when some were dropped), and None after `keepalive_s` of silence."""
+        (Resync when some were dropped), and None after `keepalive_s` of silence. It ends after a
+        Resync "evicted" (past the user's cap of channels) or a SignedOut."""
         with self.hub.subscribe(str(user_id)) as channel:
+            if subscribed is not None:
+                subscribed(channel)  # app/domain/chat/sign_outs.py ends it with its session
             yield None
             for started in self.live_replies(user_id):
                 yield started
             async for event in channel.events(keepalive_s):
-                yield Resync() if isinstance(event, str) else event
+                if event == EVICTED:
+                    yield Resync(reason="evicted")
+                elif isinstance(event, str):
+                    yield Resync()
+                else:
+                    yield event
 
 
 _encode = msgspec.json.Encoder().encode

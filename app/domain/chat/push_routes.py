@@ -9,15 +9,17 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 import msgspec
-from litestar import get
+from litestar import Request, get
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotAuthorizedException
 from litestar.response import Stream
 
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
+from app.domain.accounts.login import EPOCH_KEY
 from app.domain.accounts.models import User
-from app.domain.chat.push_events import PushEvent, UserPush
+from app.domain.chat.push_events import PushEvent
+from app.domain.chat.sign_outs import SignOuts
 from app.domain.sse import SSE_KEEPALIVE, STREAM_HEADERS
 from app.settings import Settings
 
@@ -39,13 +41,16 @@ def sse_frame(event: PushEvent) -> bytes:
     include_in_schema=False,
 )
 async def user_events(
+    request: Request,
     user: NamedDependency[User],
-    push: NamedDependency[UserPush],
+    sign_outs: NamedDependency[SignOuts],
     settings: NamedDependency[Settings],
 ) -> Stream:
     """This user's events, for one page: replies started and ended on their other pages, and
-    conversations created, renamed or deleted. Nothing of any other user's."""
-    events = push.page_events(user.id, settings.keepalive_s)
+    conversations created, renamed or deleted. Nothing of any other user's. It ends with
+    `signed_out` when this session ends (app/domain/chat/sign_outs.py)."""
+    epoch = request.session.get(EPOCH_KEY, 0)
+    events = sign_outs.page_events(user.id, epoch, settings.keepalive_s)
 
     async def body() -> AsyncIterator[bytes]:
         # The first keepalive says "subscribed". A client that goes away cancels the response:

@@ -10,10 +10,6 @@ the conversation, its settings and the branch on screen, the engine checks the p
 statements write the turn. Every request's set-up runs on the one event loop, so each round trip
 saved is taken off the time-to-first-token of every request queued behind it in a burst
 (bench/setup_cost.py).
-
-A page prompt (send, regenerate, edit) is the branch fitted to the context first (`fit`,
-app/domain/chat/context_window.py): the reply row keeps where its window began, the rows their
-token counts (the ones counted now stored in the same write).
 """
 
 from __future__ import annotations
@@ -25,47 +21,34 @@ from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from app.db.session import Sessions, transaction
 from app.domain.chat import branches, chat_settings, conversations, fitting, prompts, reply_rows
-from app.domain.chat.context_window import Fitted
 from app.domain.chat.limits import ReplyLimits
 from app.domain.chat.models import Message, MessageRole
 from app.domain.chat.push_events import ConversationRenamed, UserPush
+from app.domain.chat.reply_errors import NotFoundError, TooManyRepliesError
 from app.domain.chat.schemas import (
     CancelReply,
-    ContextLimits,
     ReplyOptions,
     ResumeReply,
     SendMessage,
+    SendTurn,
     StopResult,
 )
-from app.domain.errors import DomainError, EngineRefusedError, UnavailableError
-from app.engine.base import EngineError, EngineUnavailableError, SamplingParams
+from app.domain.errors import (
+    ContextLengthExceededError,
+    EngineRefusedError,
+    UnavailableError,
+)
+from app.domain.quotas.service import Quotas, reply_bound
+from app.engine.base import EngineError, EngineUnavailableError, PromptTooLongError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.generation import Generation
 from app.streaming.manager import GenerationManager, Persist, ReplyRequest, ReplyRows
 from app.streaming.poller import ReplyPoller
 from app.streaming.subscriber import live_events
-
-
-class NotFoundError(DomainError, LookupError):
-    """No such conversation or message for this user (foreign ids look exactly like missing ones)."""
-
-    status = 404
-    message = "no such message"
-
-
-class TooManyRepliesError(DomainError):
-    """The user already has as many replies streaming (or queued) here as one user may."""
-
-    status = 429
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        super().__init__(
-            f"you already have {limit} replies in progress, the most one user may have at once: "
-            f"wait for one to finish (or stop one) and send again"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +77,14 @@ class ReplyService:
         replica_id: str | None = None,
         max_replies_per_user: int = 0,
         push: UserPush | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         """`keepalive_s`: how long a reply's stream may say nothing before a heartbeat.
         `max_replies_per_user`: live replies (running or queued in the engine) one user may have
         in this process; 0 for no limit.
         `push`: where the user's pages hear of a page reply that starts (and ends), and of a
-        chat its first message names."""
+        chat its first message names.
+        `quotas`: the users' token quotas, reserved as each reply starts (None: not counted)."""
         self.sessions = sessions
         self.manager = manager
         self.limits = limits
@@ -110,6 +95,7 @@ class ReplyService:
         self.max_replies_per_user = max_replies_per_user
         self._starting: Counter[str] = Counter()  # replies past the check, not yet live
         self.push = push
+        self.quotas = quotas
 
     @contextlib.contextmanager
     def _reply_slot(self, user_id: UUID) -> Iterator[None]:
@@ -139,9 +125,11 @@ class ReplyService:
     # -- the transports' API ---------------------------------------------------------------------
 
     async def send(
-        self, user_id: UUID, conversation_id: UUID, request: SendMessage, *, transport: str
+        self, user_id: UUID, conversation_id: UUID, request: SendTurn, *, transport: str
     ) -> ReplyEvents:
-        """Add the user's message to their conversation and stream the reply from its start.
+        """Add the user's message to their conversation, after `request.parent_id` (the end of
+        the branch on the sender's screen; None: the branch shown), and stream the reply from its
+        start.
 
         One transaction, in `_launch`'s order: the conversation with its settings and the branch
         on screen are read (one query, which also checks that the session's user still exists:
@@ -152,11 +140,12 @@ class ReplyService:
         SQLAlchemy keeps: sqlalchemy/dialects/sqlite/base.py, "Legacy Transaction Mode"), so the
         write transaction starts with `write_turn`'s UPDATE."""
         async with self.sessions(expire_on_commit=False) as session:
-            turn = await prompts.next_turn(session, user_id, conversation_id)
+            turn = await prompts.next_turn(session, user_id, conversation_id, request.parent_id)
             content = self.limits.content(request.content)
             options = chat_settings.turn_options(request, turn.settings)
             params = self.limits.sampling(options, self.manager.engine.context_size)
-            window = self.fit(turn.branch(content, uuid4()), turn.settings.system_prompt, params)
+            branch, system_prompt = turn.branch(content, uuid4()), turn.settings.system_prompt
+            window = fitting.fit_branch(self.manager.engine, branch, system_prompt, params)
 
             async def write(request_id: str) -> ReplyRows:
                 question, reply, title = await reply_rows.write_turn(
@@ -176,7 +165,8 @@ class ReplyService:
                 return _rows(reply, question.id)
 
             source = str(turn.source)
-            generation = await self._launch(user_id, source, window.messages, params, write)
+            messages = window.messages
+            generation = await self._launch(user_id, source, messages, params, write, session)
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -253,8 +243,7 @@ class ReplyService:
 
         Same order as `send` (`_launch`): the engine accepts the prompt before any row changes.
         Raises NotFoundError, reply_rows.NotRegenerableError, TooManyRepliesError or
-        EngineRefusedError before writing anything.
-        """
+        EngineRefusedError before writing anything."""
         old = await conversations.get_message(self.sessions, user_id, message_id)
         if old is None or old.role is not MessageRole.ASSISTANT:
             raise NotFoundError(message_id)
@@ -262,7 +251,7 @@ class ReplyService:
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
         branch = await prompts.regeneration_branch(self.sessions, old)
-        window = self.fit(branch, chosen.system_prompt, params)
+        window = fitting.fit_branch(self.manager.engine, branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             reply = await branches.add_sibling_reply(
@@ -280,9 +269,9 @@ class ReplyService:
     async def _edit(
         self, user_id: UUID, message_id: UUID, content: str, options: ReplyOptions
     ) -> Generation:
-        """The edited question and its reply, in `send`'s order (`_launch`), with the
-        conversation's settings like any turn. Raises NotFoundError, branches.NotEditableError, TooManyRepliesError or
-        EngineRefusedError before writing anything."""
+        """The edited question and its reply, in `send`'s order (`_launch`), with the conversation's
+        settings like any turn. Raises NotFoundError, branches.NotEditableError,
+        TooManyRepliesError or EngineRefusedError before writing anything."""
         edited = await conversations.get_message(self.sessions, user_id, message_id)
         if edited is None or edited.role is not MessageRole.USER:
             raise NotFoundError(message_id)
@@ -290,7 +279,7 @@ class ReplyService:
         options = chat_settings.turn_options(options, chosen)
         params = self.limits.sampling(options, self.manager.engine.context_size)
         branch = await prompts.edit_branch(self.sessions, edited, content, uuid4())
-        window = self.fit(branch, chosen.system_prompt, params)
+        window = fitting.fit_branch(self.manager.engine, branch, chosen.system_prompt, params)
 
         async def write(request_id: str) -> ReplyRows:
             question, reply = await branches.add_edited_turn(
@@ -306,14 +295,6 @@ class ReplyService:
 
         return await self._launch(user_id, "page", window.messages, params, write)
 
-    def fit(self, branch: prompts.Branch, system_prompt: str, params: SamplingParams) -> Fitted:
-        return fitting.fit_branch(self.manager.engine, branch, system_prompt, params)
-
-    async def context_limits(self, conversation_id: UUID) -> ContextLimits | None:
-        """What the conversation's next message may hold (`fitting.context_limits`)."""
-        engine = self.manager.engine
-        return await fitting.context_limits(self.sessions, engine, self.limits, conversation_id)
-
     async def _launch(
         self,
         user_id: UUID,
@@ -321,21 +302,36 @@ class ReplyService:
         messages: list[dict[str, str]],
         params: SamplingParams,
         persist: Persist,
+        session: AsyncSession | None = None,
     ) -> Generation:
         """The manager starts the reply (`GenerationManager.start_reply`): the engine accepts the
         prompt (or EngineRefusedError is raised), then `persist(request_id)` writes the turn; a
-        write that fails aborts the engine request, so nothing is left half-done on either side."""
+        write that fails aborts the engine request, so nothing is left half-done on either side.
+        `session`: the one `persist` writes in, if any (the quota is reserved in it too)."""
         if not self.manager.accepting:
             raise UnavailableError("the server is shutting down: try again in a moment")
         grace_s = self.grace_by_source.get(source, 0.0)
         request = ReplyRequest(messages, params, str(user_id), source, grace_s)
         with self._reply_slot(user_id):  # may raise TooManyRepliesError
+            admitted = None
+            if self.quotas is not None:  # may raise QuotaExceededError
+                bound = reply_bound(messages, params.max_tokens, self.manager.engine.context_size)
+                admitted = await self.quotas.admit(user_id, bound, persist, session)
+                persist = admitted.persist
             try:
                 generation = await self.manager.start_reply(request, persist)
-            except EngineUnavailableError as exc:  # the engine's errors, in the domain's terms
-                raise UnavailableError(str(exc)) from exc
-            except EngineError as exc:
-                raise EngineRefusedError(str(exc)) from exc
+            except BaseException as exc:
+                if admitted is not None:  # the reply never started: nothing to count
+                    await admitted.release()
+                if isinstance(exc, EngineUnavailableError):  # the engine's, in the domain's terms
+                    raise UnavailableError(str(exc)) from exc
+                if isinstance(exc, PromptTooLongError):
+                    raise context_refusal(exc) from exc
+                if isinstance(exc, EngineError):
+                    raise EngineRefusedError(str(exc)) from exc
+                raise
+            if admitted is not None:  # settled with its final save (no await since the start)
+                admitted.hold(generation.message_id)
         if self.push is not None and source == "page":  # its rows are committed: tell the others
             self.push.reply_started(generation)
         return generation
@@ -355,8 +351,7 @@ class ReplyService:
 
         None means "nothing to say for keepalive_s": the transport sends a heartbeat.
         A reply that is not live here is read from the database (`ReplyPoller`): a finished one replays to
-        its end; one still streaming elsewhere (another replica) is polled until it ends.
-        """
+        its end; one still streaming elsewhere (another replica) is polled until it ends."""
         if isinstance(reply, Generation):
             return live_events(reply, transport=transport, after=after, keepalive_s=keepalive_s)
         return self.elsewhere.events(
@@ -378,8 +373,7 @@ class ReplyService:
         status it has in memory (its save is then still being retried: see
         app/streaming/saving.py). Ended here but not saved yet: its end status, at once.
         Streaming on another replica: ask over the cancel channel and watch the database for its
-        end. Already finished: nothing to do.
-        """
+        end. Already finished: nothing to do."""
         if isinstance(reply, Generation):
             if reply.outcome is None:
                 reply.cancel(cause)
@@ -389,6 +383,15 @@ class ReplyService:
         if reply.is_final:
             return str(reply.status)
         return await self.elsewhere.stop(str(reply.id), cause, wait_s)
+
+
+def context_refusal(exc: PromptTooLongError) -> ContextLengthExceededError:
+    # The context holds the prompt and the reply; an engine's other prompt limits (TensorRT-LLM's
+    # max_num_tokens: app/engine/trtllm/limits.py) hold the prompt alone.
+    reply_room = type(exc) is PromptTooLongError
+    return ContextLengthExceededError(
+        str(exc), exc.prompt_tokens, exc.context_size, reply_room=reply_room
+    )
 
 
 def _rows(reply: Message, question_id: UUID) -> ReplyRows:

@@ -239,13 +239,19 @@ def _row(record: Conversation | Message, columns: tuple[str, ...]) -> dict[str, 
 async def take_conversation(
     session: AsyncSession, conversation_id: UUID, now: datetime, leaf: UUID | None = None
 ) -> None:
-    """Bump the conversation (and, given `leaf`, make it its current end) as a transaction's first
-    write: its row lock (PostgreSQL) or the write lock (SQLite) is taken here, never after a read
+    """Bump the conversation (and, given `leaf`, make it its current end; unarchived if it was)
+    as a transaction's first write: its row lock (PostgreSQL) or the write lock (SQLite) is taken here, never after a read
     of it (see `write_turn`). Raises ConversationNotFoundError when it is gone.
 
     A prebuilt Core UPDATE of the table, not the ORM's: no object of the session changes, and the
     ORM's bulk-UPDATE path costs about as much again in Python (bench/setup_cost.py)."""
-    values: dict[str, Any] = {"conversation": conversation_id, "updated_at": now}
+    # A new turn in an archived conversation brings it back to the list (app/domain/chat/
+    # conversations.py, `file_conversation`): the user is using it again.
+    values: dict[str, Any] = {
+        "conversation": conversation_id,
+        "updated_at": now,
+        "archived_at": None,
+    }
     if leaf is not None:
         values["current_leaf_id"] = leaf
     touched = await session.execute(_TAKE_CONVERSATION, values)

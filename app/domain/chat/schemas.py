@@ -25,8 +25,13 @@ class NewConversation(msgspec.Struct, forbid_unknown_fields=True):
     title: str | None = None
 
 
-class Rename(msgspec.Struct, forbid_unknown_fields=True):
-    title: Annotated[str, msgspec.Meta(max_length=500)]
+class ConversationChanges(msgspec.Struct, forbid_unknown_fields=True):
+    """PATCH of a conversation: rename it, pin or unpin it, archive or unarchive it (a field left
+    out stays as it is; pinned and archived cannot both be true)."""
+
+    title: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    pinned: bool | None = None
+    archived: bool | None = None
 
 
 class ReplyOptions(msgspec.Struct, forbid_unknown_fields=True):
@@ -46,6 +51,15 @@ class ReplyOptions(msgspec.Struct, forbid_unknown_fields=True):
 
 class SendMessage(ReplyOptions, kw_only=True):
     content: str
+
+
+class SendTurn(SendMessage, kw_only=True):
+    """A new question, after the message the sender's page shows last."""
+
+    # The end of the branch on the sender's screen, which the new turn follows (so a tab that
+    # has not heard of a version switch elsewhere still answers what it shows). None (or left
+    # out): the branch the server shows, the conversation's current one.
+    parent_id: UUID | None = None
 
 
 class ResumeReply(msgspec.Struct, forbid_unknown_fields=True):
@@ -82,6 +96,8 @@ class ConversationResponse(msgspec.Struct):
     source: str
     created_at: str
     updated_at: str
+    pinned_at: str | None  # pinned: listed first, the newest pin first
+    archived_at: str | None  # archived: out of the list, in the sidebar's "Archived"
 
     @classmethod
     def of(cls, c: Conversation) -> ConversationResponse:
@@ -91,6 +107,8 @@ class ConversationResponse(msgspec.Struct):
             source=str(c.source),
             created_at=c.created_at.isoformat(),
             updated_at=c.updated_at.isoformat(),
+            pinned_at=_iso(c.pinned_at),
+            archived_at=_iso(c.archived_at),
         )
 
 

@@ -16,6 +16,9 @@ Every version of every message is searched, not only the branch shown (app/domai
 the user wrote or was answered all of them, one switch away in the conversation, and which branch
 is shown would take a walk up the tree per conversation. A hit opens the conversation (its branch
 shown); the snippet still says what matched.
+
+Archived conversations are searched like the others (archiving takes one out of the list, not out
+of reach); each hit's conversation says whether it is archived, and the page marks it so.
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ The client sends `send`, `cancel`, `resume`, `regenerate` and `edit`; the server
 so a `cancel` lands mid-stream. A bad frame (not a JSON object, nested too deeply, text that cannot
 be stored, a binary frame) gets one `rejected` answer (status 400); the socket and the replies
 streaming on it carry on. After a `subscribe`, the socket is also the page's push channel: its
-user's events as `event` frames (app/domain/chat/push_events.py).
+user's events as `event` frames (app/domain/chat/push_events.py). When the session ends (the account
+disabled, deleted, its password reset, logged out everywhere: app/domain/chat/sign_outs.py), the
+socket refuses new frames (401), lets its replies send their (cancelled) `final`s, and closes
+with 4401.
 
 Like the SSE routes, this only translates: frames are decoded into the protocol's structs
 (app/domain/chat/frames.py), dispatched by their type to the reply service, and what it returns
@@ -30,6 +33,7 @@ from msgspec import UNSET
 
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import logged_in_user
+from app.domain.accounts.login import EPOCH_KEY
 from app.domain.accounts.models import User
 from app.domain.chat.frames import (
     PING,
@@ -48,13 +52,15 @@ from app.domain.chat.frames import (
 from app.domain.chat.push_events import PushEvent, UserPush
 from app.domain.chat.replies import ReplyEvents, ReplyService
 from app.domain.chat.reply_frames import page_ws
-from app.domain.errors import DomainError, InvalidInputError
+from app.domain.chat.sign_outs import SignOuts
+from app.domain.errors import DomainError, InvalidInputError, NotLoggedInError
 from app.domain.json_input import BadJsonError
 
 log = logging.getLogger(__name__)
 
 CLOSE_POLICY = 1008  # wrong origin
-CLOSE_UNAUTHORIZED = 4401  # no logged-in user
+CLOSE_UNAUTHORIZED = 4401  # no logged-in user, or signed out since
+DRAIN_S = 2.0  # at a sign-out, how long the replies on the socket get to send their ends
 
 
 def same_origin(socket: WebSocket) -> bool:
@@ -78,13 +84,21 @@ def rejection(exc: Exception, frame: object) -> tuple[str, int | None]:
 
 class ChatSocket:
     def __init__(
-        self, socket: WebSocket, user: User, replies: ReplyService, push: UserPush | None = None
+        self,
+        socket: WebSocket,
+        user: User,
+        replies: ReplyService,
+        push: UserPush | None = None,
+        sign_outs: SignOuts | None = None,
     ) -> None:
         self.socket = socket
         self.user = user
         self.replies = replies
         self.push = push
+        self.sign_outs = sign_outs
         self._subscribed = False
+        self._signed_out = False
+        self._closing: asyncio.Task[None] | None = None
         self._send_lock = asyncio.Lock()
         self._streams: set[asyncio.Task[None]] = set()
         self._handlers: dict[type[Any], Callable[[Any], Awaitable[None]]] = {
@@ -102,15 +116,34 @@ class ChatSocket:
             await self.socket.send_text(frame)
 
     async def run(self) -> None:
+        watching = (
+            self.sign_outs.watch(self.user.id, self.socket.session.get(EPOCH_KEY, 0), self.sign_out)
+            if self.sign_outs is not None
+            else contextlib.nullcontext()
+        )
         try:
-            while True:
-                event = await self.socket.receive()
-                if event["type"] == "websocket.disconnect":
-                    return
-                await self.answer(event.get("text"))
+            with watching:
+                while True:
+                    event = await self.socket.receive()
+                    if event["type"] == "websocket.disconnect":
+                        return
+                    await self.answer(event.get("text"))
         finally:
             for task in self._streams:
                 task.cancel()  # each task's cleanup tells its reply that the client is gone
+
+    def sign_out(self, reason: str) -> None:
+        """The account was signed out (app/domain/chat/sign_outs.py): end this socket."""
+        self._signed_out = True
+        self._closing = asyncio.create_task(self._close_signed_out(reason), name="ws-sign-out")
+
+    async def _close_signed_out(self, reason: str) -> None:
+        # The replies are being stopped: their `final`s (and the push channel's `signed_out`)
+        # go out first, so the page shows them stopped before it goes to the log-in page.
+        if self._streams:
+            await asyncio.wait(set(self._streams), timeout=DRAIN_S)
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await self.socket.close(CLOSE_UNAUTHORIZED, f"signed out ({reason})")
 
     async def answer(self, text: str | None) -> None:
         """Serve one frame. One that fails gets one `rejected` answer; the socket and its other
@@ -120,6 +153,8 @@ class ChatSocket:
             if text is None:
                 raise BadJsonError("expected JSON text frames, not binary ones")
             frame = read_frame(text)
+            if self._signed_out:
+                raise NotLoggedInError()
             await self._handlers[type(frame)](frame)
         except Exception as exc:
             client_ref = frame.client_ref if frame is not None else getattr(exc, "client_ref", None)
@@ -189,6 +224,7 @@ async def chat_socket(
     sessions: NamedDependency[Sessions],
     replies: NamedDependency[ReplyService],
     push: NamedDependency[UserPush],
+    sign_outs: NamedDependency[SignOuts],
 ) -> None:
     await socket.accept()
     if not same_origin(socket):
@@ -200,4 +236,4 @@ async def chat_socket(
     if user is None:
         await socket.close(CLOSE_UNAUTHORIZED, "log in first")
         return
-    await ChatSocket(socket, user, replies, push).run()
+    await ChatSocket(socket, user, replies, push, sign_outs).run()

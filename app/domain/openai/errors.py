@@ -12,13 +12,22 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from app.domain.chat.replies import TooManyRepliesError
+from app.domain.errors import ContextLengthExceededError
 from app.domain.openai.schemas import openai_error
+from app.domain.quotas.service import QuotaExceededError
 from app.domain.refusals import refusal_for
 
 ERRORS = {
-    400: "an invalid request (the message says what is wrong)",
+    400: (
+        "an invalid request (the message says what is wrong; `param` names the field at fault). "
+        'Messages too long for the model\'s context are `code: "context_length_exceeded"`, '
+        '`param: "messages"`, as OpenAI answers them: nothing is ever cut to make them fit'
+    ),
     401: "no API key, or one that is not valid",
     404: "no such model",
+    429: "too many replies in progress (code `rate_limit_exceeded`), or the key's owner has used "
+    "up their token quota for the day or month (type and code `insufficient_quota`; Retry-After "
+    "says when it resets)",
     503: "the server is not taking requests (shutting down): try again in a moment",
 }
 """The statuses `/v1` documents, for the OpenAPI document."""
@@ -40,12 +49,16 @@ class OpenAIError(HTTPException):
 def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
     status = getattr(exc, "status_code", 500)
     fields = getattr(exc, "fields", {})
+    headers: dict[str, str] = {}
     if isinstance(exc, ValidationException):
         message = f"invalid request: {exc.extra or exc.detail}"
     elif isinstance(exc, HTTPException):
         message = exc.detail
+    elif isinstance(exc, ContextLengthExceededError):  # OpenAI's words, so clients recognise it
+        status, message = 400, context_length_message(exc)
+        fields = {"param": "messages", "code": "context_length_exceeded"}
     elif (refusal := refusal_for(exc)) is not None:  # a domain error: the app's one map
-        status, message = refusal.status, refusal.message
+        status, message, headers = refusal.status, refusal.message, refusal.headers
         fields = {
             "param": getattr(exc, "field", None),  # an InvalidInputError's
             # As OpenAI's own 429s; its other errors carry no code.
@@ -56,6 +69,25 @@ def openai_error_response(request: Request, exc: Exception) -> Response[Any]:
     kind = {401: "authentication_error", 404: "invalid_request_error", 429: "requests"}.get(
         status, "invalid_request_error"
     )
+    if isinstance(exc, QuotaExceededError):  # OpenAI's own shape for a quota used up
+        kind = fields["code"] = "insufficient_quota"
     if status >= 500:
         kind = "server_error"
-    return Response(openai_error(message, kind=kind, **fields), status_code=status)
+    return Response(openai_error(message, kind=kind, **fields), status_code=status, headers=headers)
+
+
+def context_length_message(exc: ContextLengthExceededError) -> str:
+    """OpenAI's message for it ("This model's maximum context length is 8192 tokens. However,
+    your messages resulted in 8227 tokens. Please reduce the length of the messages."), saying
+    which limit it is: the context holds the reply too."""
+    if exc.reply_room:
+        limit = (
+            f"This model's maximum context length is {exc.limit} tokens, "
+            f"the messages and at least one token of the reply together."
+        )
+    else:
+        limit = f"This model takes at most {exc.limit} tokens of messages in one request."
+    return (
+        f"{limit} However, your messages resulted in {exc.prompt_tokens} tokens. "
+        f"Please reduce the length of the messages."
+    )
