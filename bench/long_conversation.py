@@ -2,7 +2,7 @@
 
     python bench/long_conversation.py [--turns 20] [--context 2048] [--max-tokens 300]
 
-One conversation of N turns (SmolLM2 on llama.cpp, greedy, replies asked for in about 120 words,
+One conversation of N turns (SmolLM2 on llama.cpp, greedy, replies asked for in about 100 words,
 max_tokens 300), with ENGINE_CONTEXT small enough that the history overflows it several times.
 Each turn is sent three ways, one after the other, so the three share the machine's load:
 
@@ -10,11 +10,12 @@ Each turn is sent three ways, one after the other, so the three share the machin
   the history with its stepped window (app/domain/chat/context_window.py): the window start stays
   put while the history fits, then moves down to about half the room, so the next turns' prompts
   share a prefix that the engine's prefix cache holds.
-- (b) one turn: the same app, through `/v1/chat/completions`, given the messages a client that
-  drops as few of the oldest turns as it must on every send would send: the same system prompt,
-  the same history (the page's own questions and replies, read back with their stored token
-  counts) and the same room (the conversation's `context.max_message_tokens`). It is another
-  user, so that (a)'s cached prompts (the prefix cache is per owner) cannot help it.
+- (b) one turn: the same app with the same settings, a second server process of it (so that the
+  two prefix caches, each capped at an eighth of the KV pool, do not evict each other's
+  entries), through `/v1/chat/completions`, given the messages a client that drops as few of the
+  oldest turns as it must on every send would send (bench/one_turn_client.py): the same system
+  prompt, the same history (the page's own questions and replies, read back with their stored
+  token counts) and the same room (the conversation's `context.max_message_tokens`).
 - (c) llama-server: llama.cpp's own server (tests/llama_server.py: one slot of the same context,
   2 threads, its prompt cache on by default) given (b)'s messages.
 
@@ -68,7 +69,7 @@ from one_turn_client import one_turn_messages, split_turns  # bench/, as serving
 from tests.llama_server import LlamaServer
 
 THREADS = 2
-SYSTEM_PROMPT = "You are a helpful assistant. Answer every question in about 120 words."
+SYSTEM_PROMPT = "You are a helpful assistant. Answer every question in about 100 words."
 TOPICS = (
     "how lighthouses work",
     "the history of bread",
@@ -150,13 +151,11 @@ async def openai_stream(
 @dataclass
 class Bench:
     page: httpx.AsyncClient  # user 1, the app's admin: the page conversation and engine stats
-    other: httpx.AsyncClient  # user 2's /v1 key: the one-turn window
+    other: httpx.AsyncClient  # the second app server's admin, with a /v1 key: the one turn
     other_headers: dict[str, str]
     llama: httpx.AsyncClient | None  # None: --skip-llama-server
     model: str
     conversation: str
-    first_overflow: int | None = None
-    turns: list[Turn] = field(default_factory=list)
 
     async def stepped(self, turn: Turn) -> None:
         before = await reused(self.page)
@@ -187,8 +186,6 @@ class Bench:
         )
         turn.shots["one turn"] = Shot(window=start)
         turn.shots["llama-server"] = Shot(window=start)
-        if self.first_overflow is None and (start > 0 or turn.shots["stepped"].window):
-            self.first_overflow = turn.n
         return fitted
 
     def body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -203,13 +200,13 @@ class Bench:
         }
 
     async def one_turn(self, turn: Turn, messages: list[dict[str, str]]) -> None:
-        before = await reused(self.page)
+        before = await reused(self.other)
         shot, _ = await openai_stream(
             self.other, "/v1/chat/completions", self.other_headers, self.body(messages)
         )
         shot.window = turn.shots["one turn"].window
         if shot.prompt_tokens is not None:
-            shot.prefilled = shot.prompt_tokens - int(await reused(self.page) - before)
+            shot.prefilled = shot.prompt_tokens - int(await reused(self.other) - before)
         turn.shots["one turn"] = shot
 
     async def llama_server(self, turn: Turn, messages: list[dict[str, str]]) -> None:
@@ -245,15 +242,21 @@ async def user_key(client: httpx.AsyncClient) -> dict[str, str]:
     return {"Authorization": f"Bearer {key.json()['secret']}"}
 
 
-async def measure(app: Server, llama: LlamaServer | None, args: argparse.Namespace) -> Bench:
-    page, other = new_client(app.url), new_client(app.url)
+async def measure(
+    apps: tuple[Server, Server],
+    llama: LlamaServer | None,
+    args: argparse.Namespace,
+    turns: list[Turn],
+) -> None:
+    """Run the conversation, appending each turn to `turns` (kept if the run fails)."""
+    page, other = new_client(apps[0].url), new_client(apps[1].url)
     llama_client = (
         None
         if llama is None
         else httpx.AsyncClient(base_url=llama.url, timeout=httpx.Timeout(None, connect=60))
     )
     try:
-        await signup(page)  # the database's first user: the admin, who reads the engine's stats
+        await signup(page)  # each database's first user: its admin, who reads the engine's stats
         headers = await user_key(other)
         models = await other.get("/v1/models", headers=headers)
         models.raise_for_status()
@@ -279,10 +282,8 @@ async def measure(app: Server, llama: LlamaServer | None, args: argparse.Namespa
             conversation,
         )
         for n in range(args.turns):
-            turn = await bench.turn(n)
-            bench.turns.append(turn)
-            print_turn(turn)
-        return bench
+            turns.append(await bench.turn(n))
+            print_turn(turns[-1])
     finally:
         await page.aclose()
         await other.aclose()
@@ -303,8 +304,11 @@ def print_turn(turn: Turn) -> None:
     print(f"turn {turn.n + 1:>2} reply {turn.reply_tokens:>3} tok | {cells} | load {load:.1f}")
 
 
-def summary(turns: list[Turn], first_overflow: int | None) -> bool:
+def summary(turns: list[Turn]) -> bool:
     """The figures after the first overflow; True when a request failed."""
+    first_overflow = next(
+        (t.n for t in turns if t.shots["stepped"].window or t.shots["one turn"].window), None
+    )
     ways = [w for w in WAYS if any(t.shots[w].ttft_ms or t.shots[w].error for t in turns)]
     failed = any(t.shots[w].error or t.shots[w].ttft_ms is None for t in turns for w in ways)
     if first_overflow is None:
@@ -356,7 +360,7 @@ def summary(turns: list[Turn], first_overflow: int | None) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=20, help="the issue's figure is 60")
+    parser.add_argument("--turns", type=int, default=16, help="the issue's figure is 60")
     parser.add_argument("--context", type=int, default=2048, help="ENGINE_CONTEXT for both")
     parser.add_argument("--max-tokens", type=int, default=300, help="each page reply's limit")
     parser.add_argument("--skip-llama-server", action="store_true", help="(a) and (b) only")
@@ -368,11 +372,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ENGINE": "llamacpp",
         "ENGINE_THREADS": str(THREADS),
         "ENGINE_CONTEXT": str(args.context),
-        "SIGNUP_MODE": "open",  # the one-turn client is a second user
         "DATA_DIR": str(work),
         "DATABASE_URL": sqlite_url(work),
     }
-    app = Server(app_env, work / "app.log")
+    (work / "one-turn").mkdir()
+    one_turn_env = {
+        **app_env,
+        "DATA_DIR": str(work / "one-turn"),
+        "DATABASE_URL": sqlite_url(work / "one-turn"),
+    }
+    apps = (Server(app_env, work / "app.log"), Server(one_turn_env, work / "app-one-turn.log"))
     llama = (
         None
         if args.skip_llama_server
@@ -387,23 +396,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("each cell: TTFT / prefilled of prompt tokens (w: the first turn the prompt kept)")
     turns: list[Turn] = []
-    first_overflow = None
     try:
-        app.start()
+        for app in apps:
+            app.start()
         if llama is not None:
             llama.start()
-        bench = run_loop(measure(app, llama, args))
-        turns, first_overflow = bench.turns, bench.first_overflow
+        run_loop(measure(apps, llama, args, turns))
     finally:
-        app.stop()
+        for app in apps:
+            app.stop()
+            app.print_errors()
         if llama is not None:
             llama.stop()
-        app.print_errors()
         if args.keep:
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    failed = summary(turns, first_overflow)
+    failed = summary(turns)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\ntotal {time.monotonic() - started:.0f} s, load average {load}")
     return 1 if failed else 0
