@@ -1,36 +1,32 @@
 """A long conversation past the context: the stepped window against one that moves every send.
 
-    python bench/long_conversation.py [--turns 20] [--context 2048] [--max-tokens 300]
+    python bench/long_conversation.py [--turns 16] [--context 2048] [--max-tokens 300]
 
 One conversation of N turns (SmolLM2 on llama.cpp, greedy, replies asked for in about 100 words,
 max_tokens 300), with ENGINE_CONTEXT small enough that the history overflows it several times.
 Each turn is sent three ways, one after the other, so the three share the machine's load:
 
-- (a) stepped: the app's page API (`POST /api/conversations/{id}/messages`, SSE). The server fits
-  the history with its stepped window (app/domain/chat/context_window.py): the window start stays
-  put while the history fits, then moves down to about half the room, so the next turns' prompts
-  share a prefix that the engine's prefix cache holds.
-- (b) one turn: the same app with the same settings, a second server process of it (so that the
-  two prefix caches, each capped at an eighth of the KV pool, do not evict each other's
-  entries), through `/v1/chat/completions`, given the messages a client that drops as few of the
-  oldest turns as it must on every send would send (bench/one_turn_client.py): the same system
-  prompt, the same history (the page's own questions and replies, read back with their stored
-  token counts) and the same room (the conversation's `context.max_message_tokens`).
+- (a) stepped: the page API (SSE); the server fits the history with its stepped window
+  (app/domain/chat/context_window.py): the start stays put while the history fits, then moves
+  to about half the room, so the next turns share a prefix the engine's prefix cache holds.
+- (b) one turn: a second server of the same app (the two prefix caches, each capped at an eighth
+  of the KV pool, must not evict each other's entries), through `/v1/chat/completions`, given
+  what a client that drops as few of the oldest turns as it must sends (bench/one_turn_client.py):
+  the same system prompt, history (the page's, with its stored token counts) and room (the
+  conversation's `context.max_message_tokens`).
 - (c) llama-server: llama.cpp's own server (tests/llama_server.py: one slot of the same context,
   2 threads, its prompt cache on by default) given (b)'s messages.
 
-(b) and (c) ask for one token (max_tokens 1): TTFT is what they are compared on, and the history
-they are sent is (a)'s. So their cache holds the previous prompt without its reply: on a turn
-where the one-turn window did not move, a real client would also have reused the reply's tokens
-(the table counts those turns; after the first overflow they are rare). Per turn: TTFT at the
+(b) and (c) ask for one token (max_tokens 1): TTFT is what they are compared on, and their history
+is (a)'s. So their cache holds the previous prompt without its reply: on a turn where the one-turn
+window did not move a real client would also reuse the reply (the summary counts such turns). Per turn: TTFT at the
 client (request sent to first text), prompt tokens, and prefilled tokens (prompt less the prefix
 reused: the app's `prefix_reused_tokens` engine counter from `/admin/api/engine`, before and
 after; llama-server's own `timings.prompt_n` / `cache_n` in its last chunk).
 
-Printed: a row per turn, then the TTFT p50 and prefilled-token p50 of the turns after the first
-overflow with the ratios stepped / one turn (target <= 0.5) and stepped / llama-server (target
-<= 0.7), and the prefilled tokens of the first and last thirds of those turns (flat, not growing).
-The load average is printed with the figures: the machine may be shared.
+Printed: a row per turn (with the load average: the machine may be shared), then for the turns
+from the first overflow on TTFT and prefilled tokens, p50 and mean, and the ratios stepped / one
+turn (target <= 0.5) and stepped / llama-server (target <= 0.7).
 """
 
 from __future__ import annotations
@@ -40,6 +36,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -71,19 +68,10 @@ from tests.llama_server import LlamaServer
 THREADS = 2
 SYSTEM_PROMPT = "You are a helpful assistant. Answer every question in about 100 words."
 TOPICS = (
-    "how lighthouses work",
-    "the history of bread",
-    "why the sky is blue",
-    "how bees make honey",
-    "the life of a river",
-    "how trains are signalled",
-    "the first telescopes",
-    "how glaciers move",
-    "what a harbour pilot does",
-    "how copper is mined",
-    "the making of paper",
-    "why cats purr",
-)
+    "how lighthouses work; the history of bread; why the sky is blue; how bees make honey; "
+    "the life of a river; how trains are signalled; the first telescopes; how glaciers move; "
+    "what a harbour pilot does; how copper is mined; the making of paper; why cats purr"
+).split("; ")
 ANGLES = ("Tell me about", "Explain", "Describe", "Give me the story of", "Teach a child")
 
 
@@ -263,24 +251,12 @@ async def measure(
         r = await page.post("/api/conversations/", json={"title": "long"}, headers=csrf(page))
         r.raise_for_status()
         conversation = r.json()["id"]
-        chosen = {
-            "system_prompt": SYSTEM_PROMPT,
-            "max_tokens": args.max_tokens,
-            "temperature": 0.0,
-            "seed": 1,
-        }
-        r = await page.put(
-            f"/api/conversations/{conversation}/settings", json=chosen, headers=csrf(page)
-        )
-        r.raise_for_status()
-        bench = Bench(
-            page,
-            other,
-            headers,
-            llama_client,
-            models.json()["data"][0]["id"],
-            conversation,
-        )
+        chosen = {"system_prompt": SYSTEM_PROMPT, "max_tokens": args.max_tokens}
+        chosen |= {"temperature": 0.0, "seed": 1}
+        url = f"/api/conversations/{conversation}/settings"
+        (await page.put(url, json=chosen, headers=csrf(page))).raise_for_status()
+        model = models.json()["data"][0]["id"]
+        bench = Bench(page, other, headers, llama_client, model, conversation)
         for n in range(args.turns):
             turns.append(await bench.turn(n))
             print_turn(turns[-1])
@@ -321,13 +297,13 @@ def summary(turns: list[Turn]) -> bool:
         shots = [t.shots[way] for t in after]
         ttft[way] = p50([s.ttft_ms for s in shots if s.ttft_ms is not None])
         prefilled = [s.prefilled for s in shots if s.prefilled is not None]
-        third = max(1, len(prefilled) // 3)
         rows.append(
             [
                 way,
                 f"{ttft[way]:,.0f}",
+                f"{statistics.fmean([s.ttft_ms for s in shots if s.ttft_ms is not None]):,.0f}",
                 f"{p50(prefilled):,.0f}",
-                f"{p50(prefilled[:third]):,.0f} / {p50(prefilled[-third:]):,.0f}",
+                f"{statistics.fmean(prefilled):,.0f}" if prefilled else "-",
                 f"{p50([s.prompt_tokens for s in shots if s.prompt_tokens]):,.0f}",
                 str(len({s.window for s in shots})),
             ]
@@ -336,8 +312,9 @@ def summary(turns: list[Turn]) -> bool:
         [
             "window",
             "TTFT p50 ms",
+            "TTFT mean ms",
             "prefilled p50",
-            "prefilled p50 first / last third",
+            "prefilled mean",
             "prompt p50",
             "window starts",
         ],
@@ -396,6 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("each cell: TTFT / prefilled of prompt tokens (w: the first turn the prompt kept)")
     turns: list[Turn] = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout`: still stop and summarise
+    failed = True
     try:
         for app in apps:
             app.start()
@@ -412,9 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    failed = summary(turns)
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\ntotal {time.monotonic() - started:.0f} s, load average {load}")
+        failed = summary(turns) or len(turns) < args.turns
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"\ntotal {time.monotonic() - started:.0f} s, load average {load}")
     return 1 if failed else 0
 
 
