@@ -218,8 +218,6 @@ class Bench:
         return turn
 
 
-# -- the run --------------------------------------------------------------------------------------
-
 WAYS = ("stepped", "one turn", "llama-server")
 
 
