@@ -11,7 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.cancel_channel import LocalCancelChannel
 from app.db.session import transaction
+from app.domain.chat.conversations.branches import visible_thread
+from app.domain.chat.conversations.store import ConversationNotFoundError
 from app.domain.chat.models import Conversation, Message
+from app.domain.chat.prompts.turns import next_turn
 from app.domain.chat.replies import turn_rows
 from app.domain.chat.replies.ledger import DatabaseLedger
 from app.domain.chat.replies.rows import FINAL_UPDATE, final_params
@@ -111,3 +114,34 @@ async def message_count(sessions: Sessions, conversation_id: uuid.UUID | None = 
         query = query.where(Message.conversation_id == conversation_id)
     async with sessions() as session:
         return await session.scalar(query) or 0
+
+
+async def shown_messages(
+    sessions: Sessions, user_id: uuid.UUID, conversation_id: uuid.UUID
+) -> list[Message] | None:
+    """The branch the conversation shows, as its owner's page reads it (branches.visible_thread),
+    or None when it is not `user_id`'s (or not there)."""
+    try:
+        return (await visible_thread(sessions, user_id, conversation_id)).messages
+    except ConversationNotFoundError:
+        return None
+
+
+async def branch_prompt(
+    sessions: Sessions, conversation_id: uuid.UUID
+) -> tuple[list[dict[str, str]], uuid.UUID | None]:
+    """What a new turn of the conversation is built on, as a send reads it (prompts.next_turn):
+    the branch shown as chat messages, oldest first, and the message a new question follows."""
+    async with transaction(sessions) as session:
+        owner = await session.scalar(
+            select(Conversation.user_id).where(Conversation.id == conversation_id)
+        )
+        turn = await next_turn(session, owner, conversation_id)
+    return turn.history, turn.parent_id
+
+
+async def conversation_history(
+    sessions: Sessions, conversation_id: uuid.UUID
+) -> list[dict[str, str]]:
+    """The branch shown as chat messages, oldest first (`branch_prompt`'s first half)."""
+    return (await branch_prompt(sessions, conversation_id))[0]

@@ -16,12 +16,20 @@ from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, ConversationSource, Message
 from app.domain.chat.prompts import turns as prompts
 from app.domain.chat.replies import rows as reply_rows
-from tests.db.chat_rows import Sessions, add_turn, finish_reply, message_count, reload
+from tests.db.chat_rows import (
+    Sessions,
+    add_turn,
+    branch_prompt,
+    conversation_history,
+    finish_reply,
+    message_count,
+    reload,
+)
 
 
 async def turn(sessions: Sessions, conversation: Conversation, question: str, answer: str):  # type: ignore[no-untyped-def]
     """One finished turn after the branch shown, as the reply service adds it."""
-    _, parent = await prompts.branch_prompt(sessions, conversation.id)
+    _, parent = await branch_prompt(sessions, conversation.id)
     q, r = await add_turn(sessions, conversation.id, question, "m", parent_id=parent)
     await finish_reply(sessions, r.id, "completed", text=answer)
     return q, await reload(sessions, r.id)
@@ -59,7 +67,7 @@ async def test_regenerate_adds_a_version_and_switching_moves_the_prompt(
     thread = await branches.visible_thread(db_sessions, conversation.user_id, conversation.id)
     assert thread.messages[-1].id == new.id
     assert thread.sibling_ids(thread.messages[-1]) == [str(old.id), str(new.id)]
-    assert (await prompts.conversation_history(db_sessions, conversation.id))[-1]["content"] == (
+    assert (await conversation_history(db_sessions, conversation.id))[-1]["content"] == (
         "two, the long version"
     )
 
@@ -67,7 +75,7 @@ async def test_regenerate_adds_a_version_and_switching_moves_the_prompt(
         db_sessions, conversation.user_id, conversation.id, old.id
     )
     assert [m.content for m in switched.messages] == ["first", "one", "second", "two, short"]
-    history, parent = await prompts.branch_prompt(db_sessions, conversation.id)
+    history, parent = await branch_prompt(db_sessions, conversation.id)
     assert parent == old.id and history[-1]["content"] == "two, short"
     q3, _ = await turn(db_sessions, conversation, "third", "three")
     assert q3.parent_id == old.id
@@ -111,7 +119,7 @@ async def test_edit_adds_a_version_of_the_question_with_its_own_reply(
     assert root.parent_id is None
     thread = await branches.visible_thread(db_sessions, conversation.user_id, conversation.id)
     assert thread.sibling_ids(thread.messages[0]) == [str(q1.id), str(root.id)]
-    assert await prompts.conversation_history(db_sessions, conversation.id) == [
+    assert await conversation_history(db_sessions, conversation.id) == [
         {"role": "user", "content": "first, edited"}  # its reply still streams: left out
     ]
     # Back to the original first question: its newest branch, the edited second one.

@@ -13,7 +13,7 @@ from app.domain.accounts.models import User
 from app.domain.chat.conversations import store as conversations
 from app.domain.chat.models import Conversation, ConversationSource
 from app.domain.chat.replies import rows as reply_rows
-from tests.db.chat_rows import Sessions, add_turn, message_count, reload
+from tests.db.chat_rows import Sessions, add_turn, message_count, reload, shown_messages
 
 MakeUser = Callable[..., Awaitable[User]]
 
@@ -57,7 +57,7 @@ async def test_owner_scoping(
 
     assert await conversations.get_conversation(db_sessions, stranger.id, conversation.id) is None
     assert await conversations.list_conversations(db_sessions, stranger.id) == []
-    assert await conversations.list_messages(db_sessions, stranger.id, conversation.id) is None
+    assert await shown_messages(db_sessions, stranger.id, conversation.id) is None
     assert await conversations.get_message(db_sessions, stranger.id, reply.id) is None
     assert not await conversations.rename_conversation(
         db_sessions, stranger.id, conversation.id, "mine"
@@ -69,7 +69,7 @@ async def test_owner_scoping(
 
     # ... while the owner sees and changes everything.
     assert (await conversations.get_message(db_sessions, owner.id, reply.id)) is not None
-    messages = await conversations.list_messages(db_sessions, owner.id, conversation.id)
+    messages = await shown_messages(db_sessions, owner.id, conversation.id)
     assert [m.id for m in messages or []] == [question.id, reply.id]
     assert await conversations.rename_conversation(
         db_sessions, owner.id, conversation.id, " Renamed "

@@ -13,7 +13,7 @@ from app.domain.accounts import service as accounts
 from app.domain.chat.conversations import store as conversations
 from app.settings import Settings
 from tests.db.alchemy_config import make_alchemy_config
-from tests.db.chat_rows import add_turn, finish_reply
+from tests.db.chat_rows import add_turn, finish_reply, shown_messages
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ async def test_litestar_config_sessions_serve_the_services(
         conversation = await conversations.create_conversation(sessions, user.id, "via the plugin")
         _, reply = await add_turn(sessions, conversation.id, "hi", "m")
         assert await finish_reply(sessions, reply.id, "completed", text="hello")
-        messages = await conversations.list_messages(sessions, user.id, conversation.id)
+        messages = await shown_messages(sessions, user.id, conversation.id)
         assert [m.content for m in messages or []] == ["hi", "hello"]
     finally:
         await config.get_engine().dispose()

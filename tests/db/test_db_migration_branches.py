@@ -21,8 +21,7 @@ from app.db.migrate import (
 )
 from app.domain.chat.conversations import branches
 from app.domain.chat.conversations import store as conversations
-from app.domain.chat.prompts import turns as prompts
-from tests.db.chat_rows import add_turn, finish_reply, reload
+from tests.db.chat_rows import add_turn, branch_prompt, finish_reply, reload, shown_messages
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -125,7 +124,7 @@ async def test_replaced_replies_become_versions_and_come_back(database_url: str)
         assert thread.conversation.current_leaf_id == r2["id"]
         assert (await reload(sessions, q2["id"])).parent_id == r1c["id"]
         assert (await reload(sessions, r1a["id"])).parent_id == q1["id"]
-        assert (await prompts.branch_prompt(sessions, chat)) == (
+        assert (await branch_prompt(sessions, chat)) == (
             [
                 {"role": "user", "content": "first"},
                 {"role": "assistant", "content": "one (c)"},
@@ -138,7 +137,7 @@ async def test_replaced_replies_become_versions_and_come_back(database_url: str)
         assert (await branches.visible_thread(sessions, user, empty)).messages == []
         # A replaced reply is a version the user can show again.
         await branches.switch_branch(sessions, user, chat, r1a["id"])
-        assert [m.content for m in await conversations.list_messages(sessions, user, chat) or []] == ["first", "one (a)"]  # fmt: skip
+        assert [m.content for m in await shown_messages(sessions, user, chat) or []] == ["first", "one (a)"]  # fmt: skip
         await branches.switch_branch(sessions, user, chat, r2["id"])
 
         # A tree made after the upgrade: an edited question, shown; the original one is not.

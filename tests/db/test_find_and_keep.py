@@ -27,7 +27,7 @@ from app.domain.chat.models import Conversation, Rating
 from app.domain.chat.replies import rows as reply_rows
 from app.domain.chat.replies.service import NotFoundError
 from app.streaming.events import Status
-from tests.db.chat_rows import Sessions, add_turn, finish_reply
+from tests.db.chat_rows import Sessions, add_turn, finish_reply, shown_messages
 from tests.db.test_db_migrations import _inspect
 
 MakeUser = Callable[..., Awaitable[User]]
@@ -107,7 +107,7 @@ async def test_search_finds_every_version_and_opens_the_conversation(
     assert question is not None
     await branches.add_edited_turn(db_sessions, question, "a rewritten question", "m")
 
-    shown = await conversations.list_messages(db_sessions, owner.id, conversation.id)
+    shown = await shown_messages(db_sessions, owner.id, conversation.id)
     assert [m.content for m in shown or []] == ["a rewritten question", ""]
     for query, message_id in [("obsolete", reply_id), ("fresh", str(successor.id))]:
         hits = await search.search_conversations(db_sessions, owner.id, query)
@@ -212,7 +212,7 @@ async def test_export_then_import_keeps_the_tree_statuses_and_timings(
     assert not {m.id for m in reexported.messages} & set(by_id)  # under new ids
     # The importer sees it like any of their chats, its versions a switch away; the owner's copy
     # is untouched.
-    shown = await conversations.list_messages(db_sessions, importer.id, imported.id)
+    shown = await shown_messages(db_sessions, importer.id, imported.id)
     assert [m.content for m in shown or []] == ["first", "one two", "second", "longer answer"]
     thread = await branches.visible_thread(db_sessions, importer.id, imported.id)
     assert len(thread.sibling_ids(thread.messages[2])) == 2  # "second" and its edit

@@ -20,7 +20,15 @@ from app.domain.chat.settings import service as chat_settings
 from app.domain.chat.settings.schemas import ChatSettings
 from app.domain.errors import NotLoggedInError
 from app.streaming.events import Status
-from tests.db.chat_rows import Sessions, add_turn, finish_reply, message_count, reload
+from tests.db.chat_rows import (
+    Sessions,
+    add_turn,
+    conversation_history,
+    finish_reply,
+    message_count,
+    reload,
+    shown_messages,
+)
 
 
 async def test_conversation_history_for_the_prompt(
@@ -34,7 +42,7 @@ async def test_conversation_history_for_the_prompt(
     await finish_reply(db_sessions, r3.id, "failed", error="boom")  # no text: left out
     await add_turn(db_sessions, conversation.id, "fourth", "m")  # still streaming
 
-    assert await prompts.conversation_history(db_sessions, conversation.id) == [
+    assert await conversation_history(db_sessions, conversation.id) == [
         {"role": "user", "content": "first"},
         {"role": "assistant", "content": "answer one"},
         {"role": "user", "content": "second"},
@@ -67,10 +75,10 @@ async def test_regenerating_the_latest_reply(
     assert new.parent_id == r2.parent_id == q2.id
     await finish_reply(db_sessions, new.id, "completed", text="answer two, again")
 
-    listed = await conversations.list_messages(db_sessions, conversation.user_id, conversation.id)
+    listed = await shown_messages(db_sessions, conversation.user_id, conversation.id)
     assert listed is not None
     assert [m.content for m in listed] == ["first", "answer one", "second", "answer two, again"]
-    assert (await prompts.conversation_history(db_sessions, conversation.id))[-1] == {
+    assert (await conversation_history(db_sessions, conversation.id))[-1] == {
         "role": "assistant",
         "content": "answer two, again",
     }
@@ -153,7 +161,7 @@ async def test_next_turn_reads_what_a_send_builds_on_in_one_query(
     assert len(statements) == 1
     assert turn.settings == chosen and turn.title == "Hello" and not turn.untitled
     assert turn.parent_id == other.id
-    assert turn.history == await prompts.conversation_history(db_sessions, conversation.id)
+    assert turn.history == await conversation_history(db_sessions, conversation.id)
     assert turn.prompt("third") == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "first"},

@@ -17,7 +17,6 @@ from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.chat.models import Conversation, ConversationSource, Message
 from app.domain.chat.settings.models import start_from_defaults
-from app.domain.chat.tree import Tree
 from app.domain.errors import DomainError
 
 TITLE_MAX_CHARS = 200
@@ -257,22 +256,3 @@ async def get_message(sessions: Sessions, user_id: UUID, message_id: UUID) -> Me
                 Message.conversation_id.in_(owned_conversation_ids(user_id)),
             )
         )
-
-
-async def list_messages(
-    sessions: Sessions, user_id: UUID, conversation_id: UUID
-) -> list[Message] | None:
-    """The conversation's messages on the branch it shows, oldest first (the other versions left
-    out: app/domain/chat/conversations/branches.py), or None when it is not the user's (or not there)."""
-    async with transaction(sessions) as session:
-        conversation = await session.scalar(
-            select(Conversation).where(
-                Conversation.id == conversation_id, Conversation.user_id == user_id
-            )
-        )
-        if conversation is None:
-            return None
-        rows = await session.scalars(
-            select(Message).where(Message.conversation_id == conversation_id)
-        )
-        return Tree(rows).shown(conversation.current_leaf_id)

@@ -83,18 +83,6 @@ async def _page_tree(sessions: Sessions, message: Message, refusal: Exception) -
     return tree
 
 
-async def branch_prompt(
-    sessions: Sessions, conversation_id: UUID
-) -> tuple[list[dict[str, str]], UUID | None]:
-    """The branch on screen as chat messages, oldest first, and its last message (the one a new
-    question follows; None for an empty conversation)."""
-    async with transaction(sessions) as session:
-        conversation = await session.get(Conversation, conversation_id)
-        tree = await load_tree(session, conversation_id)
-    path = tree.shown(conversation.current_leaf_id if conversation else None)
-    return _as_chat(path), (path[-1].id if path else None)
-
-
 @dataclass(frozen=True, slots=True)
 class NextTurn:
     """What a new turn of a conversation is built on, read in the transaction that writes it."""
@@ -182,11 +170,6 @@ async def next_turn(
         said=as_said(path),
         previous_start=previous_window(path),
     )
-
-
-async def conversation_history(sessions: Sessions, conversation_id: UUID) -> list[dict[str, str]]:
-    """The branch on screen as chat messages for the prompt, oldest first."""
-    return (await branch_prompt(sessions, conversation_id))[0]
 
 
 async def regeneration_prompt(
