@@ -7,7 +7,7 @@ max_tokens 300), with ENGINE_CONTEXT small enough that the history overflows it 
 Each turn is sent three ways, one after the other, so the three share the machine's load:
 
 - (a) stepped: the page API (SSE); the server fits the history with its stepped window
-  (app/domain/chat/context_window.py): the start stays put while the history fits, then moves
+  (app/domain/chat/prompts/window.py): the start stays put while the history fits, then moves
   to about half the room, so the next turns share a prefix the engine's prefix cache holds.
 - (b) one turn: a second server of the same app (the two prefix caches, each capped at an eighth
   of the KV pool, must not evict each other's entries), through `/v1/chat/completions`, given

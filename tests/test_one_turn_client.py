@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
 
 from one_turn_client import one_turn_messages, one_turn_start, split_turns
 
-from app.domain.chat.context_window import window_start
+from app.domain.chat.prompts.window import window_start
 
 
 def said(role: str, content: str, tokens: int) -> dict[str, object]:
