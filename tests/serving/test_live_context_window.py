@@ -1,5 +1,5 @@
 """A conversation longer than the model's context, through a live server with SmolLM2, on SQLite
-and PostgreSQL (issue 22, items 1, 2 and 4; app/domain/chat/context_window.py).
+and PostgreSQL (issue 22, items 1, 2 and 4; app/domain/chat/prompts/window.py).
 
 With ENGINE_CONTEXT 512 and replies of 64 tokens, a dozen turns overflow the context several
 times, and every turn still answers: the prompt is the newest whole turns that fit. Each reply
