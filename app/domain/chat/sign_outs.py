@@ -46,7 +46,6 @@ from app.streaming.push import PushChannel
 
 log = logging.getLogger(__name__)
 
-REASONS = ("disabled", "deleted", "password_reset", "logged_out")
 SWEEP_S = 1.0
 
 
