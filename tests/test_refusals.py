@@ -7,7 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from litestar import Litestar, Router, get
-from litestar.exceptions import NotFoundException, ServiceUnavailableException
+from litestar.exceptions import (
+    ClientException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ServiceUnavailableException,
+    ValidationException,
+)
 from litestar.testing import TestClient
 
 from app.domain.accounts.ratelimit import TooManyAttemptsError
@@ -24,6 +31,7 @@ from app.domain.errors import (
     UnavailableError,
 )
 from app.domain.json_input import BadJsonError
+from app.domain.my_account.service import WrongPasswordError
 from app.domain.openai.controllers import openai_router
 from app.domain.openai.errors import context_length_message
 from app.domain.quotas.service import QuotaExceededError
@@ -200,10 +208,19 @@ def test_a_frame_the_websocket_cannot_read_keeps_its_own_answer() -> None:
 
 def test_a_route_documents_the_statuses_of_the_domain_errors_it_raises() -> None:
     assert documented(NotFoundError, ConversationNotFoundError) == [NotFoundException]
-    assert documented(NotRegenerableError, UnavailableError) == [
+    assert documented(UnavailableError, NotRegenerableError) == [
         ConflictError,
         ServiceUnavailableException,
     ]
+
+
+def test_litestars_own_refusals_are_documented_by_the_same_helper_one_class_a_status() -> None:
+    """A guard's 401 and 403 next to the domain's; a 400 is the ValidationException Litestar lists
+    itself for a route with parameters (a second 400 class would make its schema a `oneOf`)."""
+    assert documented(
+        PermissionDeniedException, NotAuthorizedException, WrongPasswordError, InvalidInputError
+    ) == [ValidationException, NotAuthorizedException, PermissionDeniedException]
+    assert documented(ClientException, BadJsonError) == [ValidationException]
 
 
 def test_every_domain_error_class_has_a_status_litestar_can_document() -> None:

@@ -4,13 +4,15 @@ Every transport uses it, each in one place: the app factory's exception handlers
 (app/web/errors.py), `/v1`'s router-level handler for OpenAI's error shape
 (app/domain/openai/errors.py), and the WebSocket's `rejected` frame (app/domain/chat/websocket/routes.py).
 No handler catches a domain error to translate it. The routes' `raises=` lists, for the OpenAPI
-document, come from the same classes (`documented`).
+document, come from the same classes (`documented`), with Litestar's own refusals a route may
+answer with: a guard's 401 or 403, the CSRF check's 403 on writes outside `/v1`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 from litestar.exceptions import (
     ClientException,
     HTTPException,
@@ -19,7 +21,9 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ServiceUnavailableException,
     TooManyRequestsException,
+    ValidationException,
 )
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.status_codes import HTTP_409_CONFLICT
 
 from app.db.session import DatabaseBusyError
@@ -59,11 +63,13 @@ class ConflictError(ClientException):
 
 
 # Litestar documents a `raises=` entry by its HTTPException class (its name becomes the response's
-# description: `create_error_responses`, litestar/_openapi/responses.py), one class per status.
+# description: `create_error_responses`, litestar/_openapi/responses.py), one class per status: two
+# classes of one status make the status's schema a `oneOf` of two identical shapes. 400 is
+# ValidationException, the one Litestar adds itself for a route with parameters or a body.
 _DOCUMENTED_AS: dict[int, type[HTTPException]] = {
     cls.status_code: cls
     for cls in (
-        ClientException,
+        ValidationException,
         NotAuthorizedException,
         PermissionDeniedException,
         NotFoundException,
@@ -74,6 +80,31 @@ _DOCUMENTED_AS: dict[int, type[HTTPException]] = {
 }
 
 
-def documented(*errors: type[DomainError]) -> list[type[HTTPException]]:
-    """A route's `raises=` entries for the domain errors it may answer with: one per status."""
-    return list(dict.fromkeys(_DOCUMENTED_AS[error.status] for error in errors))
+def documented(*errors: type[DomainError] | type[HTTPException]) -> list[type[HTTPException]]:
+    """A route's `raises=`: one entry per status of the errors it may answer with, the domain's
+    and Litestar's own (NotAuthorizedException, PermissionDeniedException...), lowest first.
+
+    Not listed anywhere: what any route may answer when the database is locked or full, or the
+    session store unreachable (503s, app/db/, app/web/session_store.py)."""
+    statuses = {
+        error.status if issubclass(error, DomainError) else error.status_code for error in errors
+    }
+    return [_DOCUMENTED_AS[status] for status in sorted(statuses)]
+
+
+class AttemptsLimited(msgspec.Struct):
+    """The body of a log-in or sign-up limit's 429 (`TooManyAttemptsError`): its own, with no
+    `status_code` (app/web/errors.py), and a Retry-After header."""
+
+    detail: str
+
+
+TOO_MANY_ATTEMPTS_RESPONSE = {
+    429: ResponseSpec(
+        AttemptsLimited,
+        description="too many attempts (log-in or sign-up limits): Retry-After says when to try again",
+        generate_examples=False,  # nor shift the examples generated for the document's others
+    )
+}
+"""For the routes that raise `TooManyAttemptsError`, next to their `raises=`: its 429 is described
+by this instead (a route's `responses=` replaces the entry `raises=` makes for the same status)."""

@@ -1,5 +1,10 @@
 """The account API: sign-up, log-in, log-out, password reset by link, who am I, and API keys
-for `/v1`."""
+for `/v1`.
+
+Each route's `raises=`, for the OpenAPI document: 403 for every write (Litestar's CSRF check: the
+log-in and sign-up forms carry the token too), 401 for the routes behind `logged_in`, then the
+route's own refusals.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +36,10 @@ from app.domain.accounts.login import (
     logout,
 )
 from app.domain.accounts.models import ApiKey, User, UserState
-from app.domain.accounts.ratelimit import AuthLimits
+from app.domain.accounts.passwords import WeakPasswordError
+from app.domain.accounts.ratelimit import AuthLimits, TooManyAttemptsError
 from app.domain.chat.sign_outs import SignOuts
+from app.domain.refusals import TOO_MANY_ATTEMPTS_RESPONSE, documented
 from app.settings import Settings
 
 
@@ -90,7 +97,20 @@ class AuthController(Controller):
     path = "/api"
     tags = ["accounts"]
 
-    @post("/auth/signup", status_code=HTTP_201_CREATED)
+    @post(
+        "/auth/signup",
+        status_code=HTTP_201_CREATED,
+        responses=TOO_MANY_ATTEMPTS_RESPONSE,
+        raises=documented(
+            PermissionDeniedException,
+            TooManyAttemptsError,
+            accounts.InvalidEmailError,
+            WeakPasswordError,
+            links.InvalidLinkError,  # SIGNUP_MODE=invite: no such invitation, or a spent one
+            accounts.SignupClosedError,
+            accounts.EmailTakenError,
+        ),
+    )
     async def signup(
         self,
         request: Request,
@@ -115,7 +135,13 @@ class AuthController(Controller):
             cookies=[device_cookie(request, settings.secret_key, user.email)],
         )
 
-    @post("/auth/login", status_code=200)
+    @post(
+        "/auth/login",
+        status_code=200,
+        responses=TOO_MANY_ATTEMPTS_RESPONSE,
+        # 401: a wrong email or password; 403: a disabled account (or CSRF)
+        raises=documented(NotAuthorizedException, PermissionDeniedException, TooManyAttemptsError),
+    )
     async def login(
         self,
         request: Request,
@@ -141,7 +167,11 @@ class AuthController(Controller):
             user_json(user), cookies=[device_cookie(request, settings.secret_key, email)]
         )
 
-    @post("/auth/reset", status_code=HTTP_204_NO_CONTENT)
+    @post(
+        "/auth/reset",
+        status_code=HTTP_204_NO_CONTENT,
+        raises=documented(PermissionDeniedException, links.InvalidLinkError, WeakPasswordError),
+    )
     async def reset_password(
         self,
         data: JSONBody[PasswordReset],
@@ -154,12 +184,21 @@ class AuthController(Controller):
         user = await links.reset_password(sessions, data.token, data.password)
         sign_outs.sign_out(user.id, "password_reset")
 
-    @post("/auth/logout", status_code=HTTP_204_NO_CONTENT)
+    @post(
+        "/auth/logout",
+        status_code=HTTP_204_NO_CONTENT,
+        raises=documented(PermissionDeniedException),
+    )
     async def logout(self, request: Request, sessions: NamedDependency[Sessions]) -> None:
         await end_listed(request, sessions)  # off the list of the user's sessions
         logout(request)
 
-    @get("/me", guards=[logged_in], dependencies={"user": Provide(provide_user)})
+    @get(
+        "/me",
+        guards=[logged_in],
+        dependencies={"user": Provide(provide_user)},
+        raises=documented(NotAuthorizedException),
+    )
     async def me(self, user: NamedDependency[User]) -> dict[str, object]:
         return user_json(user)
 
@@ -170,14 +209,18 @@ class ApiKeyController(Controller):
     guards = [logged_in]
     dependencies = {"user": Provide(provide_user)}
 
-    @get("/")
+    @get("/", raises=documented(NotAuthorizedException))
     async def list_keys(
         self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
     ) -> list[dict[str, object]]:
         keys = await accounts.list_api_keys(sessions, user.id)
         return [key_json(k) for k in keys]
 
-    @post("/", status_code=HTTP_201_CREATED)
+    @post(
+        "/",
+        status_code=HTTP_201_CREATED,
+        raises=documented(NotAuthorizedException, PermissionDeniedException),
+    )
     async def create_key(
         self,
         sessions: NamedDependency[Sessions],
@@ -189,7 +232,11 @@ class ApiKeyController(Controller):
         )
         return {**key_json(key), "secret": secret}  # the only time the secret is ever shown
 
-    @delete("/{key_id:uuid}", status_code=HTTP_204_NO_CONTENT)
+    @delete(
+        "/{key_id:uuid}",
+        status_code=HTTP_204_NO_CONTENT,
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundException),
+    )
     async def revoke_key(
         self,
         sessions: NamedDependency[Sessions],

@@ -1,4 +1,6 @@
-"""Admin-only routes (`/admin`): the guard answers 401 without a session and 403 for non-admins."""
+"""Admin-only routes (`/admin`): the guard answers 401 without a session and 403 for non-admins
+(and Litestar's CSRF check a write without its token); each route's `raises=` lists those
+and its own refusals, for the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -8,19 +10,18 @@ from uuid import UUID
 
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
-from litestar.exceptions import (
-    NotFoundException,
-)
+from litestar.exceptions import NotAuthorizedException, NotFoundException, PermissionDeniedException
 from litestar.params import FromPath, QueryParameter
 
 from app.db.session import Sessions
 from app.domain.accounts.guards import admin_guard
 from app.domain.admin.acting import acting_admin, record_look
-from app.domain.admin.views import GUARDED, kill_reply, live_generations, message_row
+from app.domain.admin.views import kill_reply, live_generations, message_row
 from app.domain.chat.keep import export
 from app.domain.chat.keep.schemas import EXPORT_RESPONSE
 from app.domain.chat.replies import rows as reply_rows
 from app.domain.chat.replies.service import ReplyService
+from app.domain.refusals import documented
 from app.engine import Engine
 
 
@@ -29,16 +30,20 @@ class AdminApiController(Controller):
     guards = [admin_guard]
     tags = ["admin"]
 
-    @get("/engine", raises=GUARDED)
+    @get("/engine", raises=documented(NotAuthorizedException, PermissionDeniedException))
     async def engine_stats(self, engine: NamedDependency[Engine]) -> dict[str, Any]:
         stats = engine.stats()
         return {**dataclasses.asdict(stats), "extra": dict(stats.extra)}
 
-    @get("/live", raises=GUARDED)
+    @get("/live", raises=documented(NotAuthorizedException, PermissionDeniedException))
     async def live(self, replies: NamedDependency[ReplyService]) -> list[dict[str, Any]]:
         return live_generations(replies.manager)
 
-    @post("/live/{message_id:uuid}/kill", status_code=200, raises=[*GUARDED, NotFoundException])
+    @post(
+        "/live/{message_id:uuid}/kill",
+        status_code=200,
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundException),
+    )
     async def kill(
         self, request: Request, replies: NamedDependency[ReplyService], message_id: FromPath[UUID]
     ) -> dict[str, Any]:
@@ -49,7 +54,10 @@ class AdminApiController(Controller):
             raise NotFoundException("no such reply")
         return {"message_id": str(message_id), "status": status}
 
-    @get("/messages/{message_id:uuid}", raises=[*GUARDED, NotFoundException])
+    @get(
+        "/messages/{message_id:uuid}",
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundException),
+    )
     async def message(
         self, sessions: NamedDependency[Sessions], message_id: FromPath[UUID]
     ) -> dict[str, Any]:
@@ -63,7 +71,7 @@ class AdminApiController(Controller):
     @get(
         "/conversations/{conversation_id:uuid}/export",
         responses=EXPORT_RESPONSE,
-        raises=[*GUARDED, NotFoundException],
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundException),
     )
     async def export_conversation(
         self,

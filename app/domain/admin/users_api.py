@@ -1,6 +1,12 @@
 """The admin API for accounts (`/admin/api/users`, `/admin/api/invitations`, `/admin/api/audit`):
 what the users page does, as JSON. Every change goes through app/domain/accounts/management.py
-(one transaction with its audit entry; the last active admin stays one)."""
+(one transaction with its audit entry; the last active admin stays one).
+
+Each route's `raises=`, for the OpenAPI document: 401 and 403 (`admin_guard`: no session, not an
+admin; on writes, Litestar's CSRF check too), then the route's own refusals. A change that matches
+no row says why (`management._refusal`): no such user (404), the last active admin or an account
+not in the state the change needs (409).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from uuid import UUID
 import msgspec
 from litestar import Controller, Request, delete, get, post, put
 from litestar.di import NamedDependency, Provide
+from litestar.exceptions import ClientException, NotAuthorizedException, PermissionDeniedException
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
@@ -18,8 +25,10 @@ from app.domain.accounts import audit, links, management
 from app.domain.accounts import service as accounts
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import admin_guard
+from app.domain.accounts.management import LastAdminError, UserNotFoundError, WrongStateError
 from app.domain.accounts.models import User
-from app.domain.accounts.service import EmailTakenError
+from app.domain.accounts.passwords import WeakPasswordError
+from app.domain.accounts.service import EmailTakenError, InvalidEmailError
 from app.domain.admin import user_queries
 from app.domain.admin.acting import actor, changed
 from app.domain.admin.user_views import (
@@ -32,14 +41,10 @@ from app.domain.admin.user_views import (
     row_json,
     search_text,
 )
-from app.domain.admin.views import GUARDED
 from app.domain.chat.sign_outs import SignOuts
+from app.domain.errors import InvalidInputError
 from app.domain.quotas import overrides
 from app.domain.refusals import documented
-
-# 400 (a bad parameter or body) is in every route's document already (Litestar's validation);
-# one entry per status, or the document's `oneOf` matches an error twice.
-CHANGE_RAISES = [*GUARDED, *documented(management.UserNotFoundError, management.LastAdminError)]
 
 
 class NewUser(msgspec.Struct, forbid_unknown_fields=True):
@@ -72,7 +77,10 @@ class AdminUsersApi(Controller):
     tags = ["admin"]
     dependencies = {"user": Provide(provide_user)}  # the acting admin
 
-    @get("/users", raises=GUARDED)
+    @get(
+        "/users",
+        raises=documented(NotAuthorizedException, PermissionDeniedException, ClientException),
+    )
     async def list_users(
         self,
         sessions: NamedDependency[Sessions],
@@ -89,7 +97,17 @@ class AdminUsersApi(Controller):
         )
         return {"users": [row_json(r) for r in rows], "total": total, "page": page}
 
-    @post("/users", status_code=HTTP_201_CREATED, raises=[*GUARDED, *documented(EmailTakenError)])
+    @post(
+        "/users",
+        status_code=HTTP_201_CREATED,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            InvalidEmailError,
+            WeakPasswordError,
+            EmailTakenError,
+        ),
+    )
     async def create_user(
         self,
         request: Request,
@@ -104,7 +122,17 @@ class AdminUsersApi(Controller):
         await audit.record_now(sessions, actor(request, user), "create", created)
         return account_json(created)
 
-    @post("/users/{user_id:uuid}/approve", status_code=200, raises=CHANGE_RAISES)
+    @post(
+        "/users/{user_id:uuid}/approve",
+        status_code=200,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            UserNotFoundError,
+            LastAdminError,
+            WrongStateError,
+        ),
+    )
     async def approve(
         self,
         request: Request,
@@ -116,7 +144,17 @@ class AdminUsersApi(Controller):
         changed(request, user_id)
         return account_json(done)
 
-    @post("/users/{user_id:uuid}/disable", status_code=200, raises=CHANGE_RAISES)
+    @post(
+        "/users/{user_id:uuid}/disable",
+        status_code=200,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            UserNotFoundError,
+            LastAdminError,
+            WrongStateError,
+        ),
+    )
     async def disable(
         self,
         request: Request,
@@ -130,7 +168,17 @@ class AdminUsersApi(Controller):
         sign_outs.sign_out(user_id, "disabled")  # their sockets and replies end at once
         return account_json(done)
 
-    @post("/users/{user_id:uuid}/enable", status_code=200, raises=CHANGE_RAISES)
+    @post(
+        "/users/{user_id:uuid}/enable",
+        status_code=200,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            UserNotFoundError,
+            LastAdminError,
+            WrongStateError,
+        ),
+    )
     async def enable(
         self,
         request: Request,
@@ -142,7 +190,16 @@ class AdminUsersApi(Controller):
         changed(request, user_id)
         return account_json(done)
 
-    @put("/users/{user_id:uuid}/role", raises=CHANGE_RAISES)
+    @put(
+        "/users/{user_id:uuid}/role",
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            UserNotFoundError,
+            LastAdminError,
+            WrongStateError,
+        ),
+    )
     async def set_role(
         self,
         request: Request,
@@ -155,7 +212,12 @@ class AdminUsersApi(Controller):
         changed(request, user_id)  # a demoted admin's next request here is a user's
         return account_json(done)
 
-    @put("/users/{user_id:uuid}/quota", raises=CHANGE_RAISES)
+    @put(
+        "/users/{user_id:uuid}/quota",
+        raises=documented(
+            NotAuthorizedException, PermissionDeniedException, InvalidInputError, UserNotFoundError
+        ),
+    )
     async def set_quota(
         self,
         request: Request,
@@ -170,7 +232,11 @@ class AdminUsersApi(Controller):
         )
         return {**account_json(done), **quota_json(done)}
 
-    @post("/users/{user_id:uuid}/logout", status_code=200, raises=CHANGE_RAISES)
+    @post(
+        "/users/{user_id:uuid}/logout",
+        status_code=200,
+        raises=documented(NotAuthorizedException, PermissionDeniedException, UserNotFoundError),
+    )
     async def logout_everywhere(
         self,
         request: Request,
@@ -184,7 +250,11 @@ class AdminUsersApi(Controller):
         sign_outs.sign_out(user_id, "logged_out")  # their sockets and replies end at once
         return account_json(done)
 
-    @post("/users/{user_id:uuid}/reset-link", status_code=HTTP_201_CREATED, raises=CHANGE_RAISES)
+    @post(
+        "/users/{user_id:uuid}/reset-link",
+        status_code=HTTP_201_CREATED,
+        raises=documented(NotAuthorizedException, PermissionDeniedException, UserNotFoundError),
+    )
     async def reset_link(
         self,
         request: Request,
@@ -196,7 +266,17 @@ class AdminUsersApi(Controller):
         target, secret = await links.create_reset_link(sessions, actor(request, user), user_id)
         return {"user_id": str(target.id), "path": f"/reset#token={secret}"}
 
-    @delete("/users/{user_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=CHANGE_RAISES)
+    @delete(
+        "/users/{user_id:uuid}",
+        status_code=HTTP_204_NO_CONTENT,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            UserNotFoundError,
+            LastAdminError,
+            WrongStateError,
+        ),
+    )
     async def delete_user(
         self,
         request: Request,
@@ -209,7 +289,11 @@ class AdminUsersApi(Controller):
         changed(request, user_id)
         sign_outs.sign_out(user_id, "deleted")  # their sockets and replies end at once
 
-    @post("/invitations", status_code=HTTP_201_CREATED, raises=GUARDED)
+    @post(
+        "/invitations",
+        status_code=HTTP_201_CREATED,
+        raises=documented(NotAuthorizedException, PermissionDeniedException),
+    )
     async def invite(
         self,
         request: Request,
@@ -225,7 +309,10 @@ class AdminUsersApi(Controller):
             "expires_at": iso(token.expires_at),
         }
 
-    @get("/audit", raises=GUARDED)
+    @get(
+        "/audit",
+        raises=documented(NotAuthorizedException, PermissionDeniedException, ClientException),
+    )
     async def audit_log(
         self,
         sessions: NamedDependency[Sessions],

@@ -7,7 +7,6 @@ from typing import Any
 from uuid import UUID
 
 import msgspec
-from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 
 from app.db.session import Sessions, transaction
 from app.db.storage import StorageHealth
@@ -20,8 +19,6 @@ from app.domain.chat.replies.service import ReplyService
 from app.domain.chat.schemas import MessageResponse
 from app.streaming.events import CancelCause
 from app.streaming.manager import GenerationManager
-
-GUARDED = [NotAuthorizedException, PermissionDeniedException]  # no session; not an admin (or CSRF)
 
 
 def stream_health_warning(message: Message) -> str | None:

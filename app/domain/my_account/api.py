@@ -1,7 +1,9 @@
 """The account API (`/api/account`): the user's own password, sessions, export and import of all
 their conversations, who of the admins looked at them, and deleting the account. Cookie-
 authenticated like the rest of the page API, so every write carries the CSRF header; everything
-is scoped to the logged-in user (another user's session id answers 404)."""
+is scoped to the logged-in user (another user's session id answers 404). Each route's `raises=`,
+for the OpenAPI document: 401 (the `logged_in` guard, `user`'s `provide_user`), 403 for the writes
+(Litestar's CSRF check), then the route's own refusals."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from uuid import UUID
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
-    ClientException,
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
@@ -29,6 +30,7 @@ from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.login import EPOCH_KEY, client_address, logout, rotate, session_row
 from app.domain.accounts.models import BrowserSession, User
+from app.domain.accounts.passwords import WeakPasswordError
 from app.domain.accounts.ratelimit import AuthLimits, TooManyAttemptsError
 from app.domain.accounts.user_agents import browser_name
 from app.domain.chat.conversations.service import ConversationService
@@ -44,12 +46,9 @@ from app.domain.my_account.schemas import (
     SessionResponse,
     SessionsEnded,
 )
-from app.domain.refusals import documented
+from app.domain.refusals import TOO_MANY_ATTEMPTS_RESPONSE, documented
 
 T = TypeVar("T")
-READ = [NotAuthorizedException]
-WRITE = [NotAuthorizedException, PermissionDeniedException]  # no session; CSRF (or the password)
-WITH_PASSWORD = [*WRITE, *documented(TooManyAttemptsError)]
 
 
 def session_response(row: BrowserSession, current: UUID | None) -> SessionResponse:
@@ -96,7 +95,7 @@ class AccountApi(Controller):
     guards = [logged_in]
     dependencies = {"user": Provide(provide_user)}
 
-    @get("/sessions", raises=READ)
+    @get("/sessions", raises=documented(NotAuthorizedException))
     async def list_sessions(
         self, request: Request, sessions: NamedDependency[Sessions], user: NamedDependency[User]
     ) -> list[SessionResponse]:
@@ -108,7 +107,7 @@ class AccountApi(Controller):
     @delete(
         "/sessions/{session_id:uuid}",
         status_code=HTTP_204_NO_CONTENT,
-        raises=[*WRITE, NotFoundException],
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundException),
     )
     async def end_session(
         self,
@@ -128,7 +127,11 @@ class AccountApi(Controller):
         if session_id == session_row(request):
             logout(request)
 
-    @post("/sessions/end-others", status_code=200, raises=WRITE)
+    @post(
+        "/sessions/end-others",
+        status_code=200,
+        raises=documented(NotAuthorizedException, PermissionDeniedException),
+    )
     async def end_other_sessions(
         self,
         request: Request,
@@ -146,7 +149,19 @@ class AccountApi(Controller):
         sign_outs.end_sessions(user.id, keep=current, epoch=epoch)
         return SessionsEnded(ended=len([row for row in listed if row.id != current]))
 
-    @post("/password", status_code=HTTP_204_NO_CONTENT, raises=WITH_PASSWORD)
+    @post(
+        "/password",
+        status_code=HTTP_204_NO_CONTENT,
+        responses=TOO_MANY_ATTEMPTS_RESPONSE,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            TooManyAttemptsError,
+            service.WrongPasswordError,
+            WeakPasswordError,
+            management.UserNotFoundError,  # deleted meanwhile
+        ),
+    )
     async def change_password(
         self,
         request: Request,
@@ -172,7 +187,7 @@ class AccountApi(Controller):
         sign_outs.end_sessions(user.id, keep=current, epoch=epoch)
         rotate(request)
 
-    @get("/export", responses=ACCOUNT_EXPORT_RESPONSE, raises=READ)
+    @get("/export", responses=ACCOUNT_EXPORT_RESPONSE, raises=documented(NotAuthorizedException))
     async def export_all(
         self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
     ) -> Response[bytes]:
@@ -185,7 +200,10 @@ class AccountApi(Controller):
     @post(
         "/import",
         status_code=HTTP_201_CREATED,
-        raises=[*WRITE, ClientException],  # 400: not an account export (the body is read raw)
+        # the body is read raw: its 400 is the import's own (not an export), not Litestar's
+        raises=documented(
+            NotAuthorizedException, PermissionDeniedException, importing.ImportRefusedError
+        ),
         request_max_body_size=MAX_ACCOUNT_IMPORT_BYTES,
     )
     async def import_all(
@@ -206,7 +224,7 @@ class AccountApi(Controller):
             for e in exports
         ]
 
-    @get("/views", raises=READ)
+    @get("/views", raises=documented(NotAuthorizedException))
     async def looks(
         self, sessions: NamedDependency[Sessions], user: NamedDependency[User]
     ) -> list[LookResponse]:
@@ -227,7 +245,16 @@ class AccountApi(Controller):
     @post(
         "/delete",
         status_code=HTTP_204_NO_CONTENT,
-        raises=[*WITH_PASSWORD, *documented(management.LastAdminError)],
+        responses=TOO_MANY_ATTEMPTS_RESPONSE,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            TooManyAttemptsError,
+            service.WrongPasswordError,
+            management.UserNotFoundError,  # deleted meanwhile
+            management.LastAdminError,
+            management.WrongStateError,
+        ),
     )
     async def delete_account(
         self,

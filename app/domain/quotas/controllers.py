@@ -12,9 +12,10 @@ from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
 from app.domain.errors import NotLoggedInError
 from app.domain.quotas.service import Quotas, QuotaView
+from app.domain.refusals import documented
 
 
-@get("/quota", raises=[NotAuthorizedException])
+@get("/quota", raises=documented(NotAuthorizedException, NotLoggedInError))
 async def my_quota(quotas: NamedDependency[Quotas], user: NamedDependency[User]) -> QuotaView:
     """The limits in force (null: none), tokens used and left this UTC day and month, when each
     resets, and `low` when less than a tenth of a limit is left."""

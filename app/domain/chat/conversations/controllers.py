@@ -4,6 +4,10 @@ Routes only translate: decode the request into the protocol's structs (app/domai
 call the reply service or the conversation queries, and frame the answer. Every lookup is scoped
 to the logged-in user; another user's ids answer 404, like missing ones (the domain's not-found
 errors, answered by the app's exception map).
+
+Each route's `raises=` lists what it may answer with, for the OpenAPI document: 401 for each (no
+session: the router's `logged_in` guard, then `user`'s `provide_user`), 403 for each write
+(Litestar's CSRF check), then the route's own refusals.
 """
 
 from __future__ import annotations
@@ -35,13 +39,9 @@ from app.domain.chat.conversations import store as conversations
 from app.domain.chat.conversations.service import ConversationService
 from app.domain.chat.prompts import fitting
 from app.domain.chat.replies import rows as reply_rows
+from app.domain.chat.replies.errors import START_REFUSALS, NotFoundError
 from app.domain.chat.replies.frames import page_sse
-from app.domain.chat.replies.service import (
-    NotFoundError,
-    ReplyEvents,
-    ReplyService,
-    TooManyRepliesError,
-)
+from app.domain.chat.replies.service import ReplyEvents, ReplyService
 from app.domain.chat.schemas import (
     CancelReply,
     ClientMetrics,
@@ -56,9 +56,8 @@ from app.domain.chat.schemas import (
     ShowBranch,
     StopResult,
 )
-from app.domain.errors import InvalidInputError, UnavailableError
-from app.domain.quotas.service import QuotaExceededError
-from app.domain.refusals import ConflictError, documented
+from app.domain.errors import InvalidInputError, NotLoggedInError
+from app.domain.refusals import documented
 from app.domain.sse import LONG_LIVED, sse_response
 
 
@@ -80,19 +79,6 @@ EVENT_STREAM_RESPONSE = {
 }
 """The streaming endpoints' success, for the OpenAPI document. (Not the handler's `media_type`:
 Litestar would send their JSON errors with it too.)"""
-# The errors each kind of endpoint answers with, for the OpenAPI document (`raises`): no session
-# (401), a write without the CSRF header (403), an id that is not the user's (404), a reply that
-# cannot be regenerated (409), too many replies or a token quota used up (429), an engine that
-# is not taking requests (503).
-READ = [NotAuthorizedException]
-READ_ONE = [*READ, *documented(NotFoundError, conversations.ConversationNotFoundError)]
-WRITE = [*READ, PermissionDeniedException]
-WRITE_ONE = [*WRITE, *documented(NotFoundError, conversations.ConversationNotFoundError)]
-START_REPLY = [
-    *WRITE_ONE,
-    *documented(UnavailableError, TooManyRepliesError, QuotaExceededError),
-]
-
 
 PAGE, MAX_PAGE = 100, 500
 """Messages per page of GET /api/conversations/{id}, and conversations per page of the list: by
@@ -123,7 +109,7 @@ class ConversationController(Controller):
 
     # Its 400 (a bad page key) is documented by Litestar's own entry for the query's validation:
     # a second 400 class would make the document's 400 a `oneOf` of two identical shapes.
-    @get("/", raises=READ)
+    @get("/", raises=documented(NotAuthorizedException, InvalidInputError))
     async def list_conversations(
         self,
         sessions: NamedDependency[Sessions],
@@ -148,7 +134,11 @@ class ConversationController(Controller):
         )
         return [ConversationResponse.of(c) for c in rows]
 
-    @post("/", status_code=HTTP_201_CREATED, raises=WRITE)
+    @post(
+        "/",
+        status_code=HTTP_201_CREATED,
+        raises=documented(NotAuthorizedException, PermissionDeniedException),
+    )
     async def create(
         self,
         conversation_service: NamedDependency[ConversationService],
@@ -158,7 +148,12 @@ class ConversationController(Controller):
         title = data.title if data else None
         return ConversationResponse.of(await conversation_service.create(user.id, title))
 
-    @get("/{conversation_id:uuid}", raises=[*READ_ONE, ConflictError])
+    @get(
+        "/{conversation_id:uuid}",
+        raises=documented(
+            NotAuthorizedException, conversations.ConversationNotFoundError, branches.NotShownError
+        ),
+    )
     async def read(
         self,
         sessions: NamedDependency[Sessions],
@@ -178,7 +173,15 @@ class ConversationController(Controller):
         shown.context = await fitting.context_limits(sessions, engine, limits, conversation_id)
         return shown
 
-    @patch("/{conversation_id:uuid}/branch", raises=WRITE_ONE)
+    @patch(
+        "/{conversation_id:uuid}/branch",
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            conversations.ConversationNotFoundError,
+            branches.UnknownBranchError,
+        ),
+    )
     async def show_branch(
         self,
         conversation_service: NamedDependency[ConversationService],
@@ -198,7 +201,15 @@ class ConversationController(Controller):
         )
         return shown
 
-    @patch("/{conversation_id:uuid}", raises=WRITE_ONE)
+    @patch(
+        "/{conversation_id:uuid}",
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            conversations.ConversationNotFoundError,
+            conversations.PinnedAndArchivedError,
+        ),
+    )
     async def change(
         self,
         conversation_service: NamedDependency[ConversationService],
@@ -211,7 +222,15 @@ class ConversationController(Controller):
         changed = await conversation_service.change(user.id, conversation_id, data)
         return ConversationResponse.of(changed)
 
-    @delete("/{conversation_id:uuid}", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
+    @delete(
+        "/{conversation_id:uuid}",
+        status_code=HTTP_204_NO_CONTENT,
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            conversations.ConversationNotFoundError,
+        ),
+    )
     async def remove(
         self,
         conversation_service: NamedDependency[ConversationService],
@@ -224,7 +243,15 @@ class ConversationController(Controller):
         "/{conversation_id:uuid}/messages",
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
-        raises=[*START_REPLY, ConflictError],
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            NotLoggedInError,
+            conversations.ConversationNotFoundError,
+            branches.UnknownBranchError,
+            branches.StaleBranchError,
+            *START_REFUSALS,
+        ),
         opt=LONG_LIVED,
     )
     async def send(
@@ -250,7 +277,11 @@ class ConversationController(Controller):
 class MessageController(Controller):
     path = "/messages"
 
-    @get("/{message_id:uuid}/stream", responses=EVENT_STREAM_RESPONSE, raises=READ_ONE)
+    @get(
+        "/{message_id:uuid}/stream",
+        responses=EVENT_STREAM_RESPONSE,
+        raises=documented(NotAuthorizedException, ClientException, NotFoundError),
+    )
     async def resume(
         self,
         request: Request,
@@ -267,7 +298,13 @@ class MessageController(Controller):
         "/{message_id:uuid}/regenerate",
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
-        raises=[*START_REPLY, ConflictError],
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            NotFoundError,
+            reply_rows.NotRegenerableError,
+            *START_REFUSALS,
+        ),
         opt=LONG_LIVED,
     )
     async def regenerate(
@@ -287,7 +324,13 @@ class MessageController(Controller):
         "/{message_id:uuid}/edit",
         status_code=200,
         responses=EVENT_STREAM_RESPONSE,
-        raises=[*START_REPLY, ConflictError],
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            NotFoundError,
+            branches.NotEditableError,
+            *START_REFUSALS,
+        ),
         opt=LONG_LIVED,
     )
     async def edit(
@@ -301,7 +344,12 @@ class MessageController(Controller):
         events. The old version and its replies stay, one switch away."""
         return event_stream(await replies.edit(user.id, message_id, data, transport="sse"))
 
-    @post("/{message_id:uuid}/cancel", status_code=200, raises=WRITE_ONE, opt=LONG_LIVED)
+    @post(
+        "/{message_id:uuid}/cancel",
+        status_code=200,
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundError),
+        opt=LONG_LIVED,
+    )
     async def cancel(
         self,
         replies: NamedDependency[ReplyService],
@@ -311,7 +359,13 @@ class MessageController(Controller):
         """Stop a reply (idempotent); answers once its end state is saved."""
         return await replies.cancel(user.id, CancelReply(message_id), CANCEL_WAIT_S)
 
-    @post("/{message_id:uuid}/client-metrics", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
+    @post(
+        "/{message_id:uuid}/client-metrics",
+        status_code=HTTP_204_NO_CONTENT,
+        raises=documented(
+            NotAuthorizedException, PermissionDeniedException, InvalidInputError, NotFoundError
+        ),
+    )
     async def client_metrics(
         self,
         sessions: NamedDependency[Sessions],

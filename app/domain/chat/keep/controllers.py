@@ -1,6 +1,10 @@
 """The page API for finding and keeping conversations: search, export and import, and ratings of
 replies. Routes only translate (the domain modules: search.py, export.py, importing.py,
 ratings.py); every lookup is scoped to the logged-in user, another user's ids answer 404.
+
+Each route's `raises=` lists what it may answer with, for the OpenAPI document: 401 for each (no
+session: the router's `logged_in` guard, then `user`'s `provide_user`), 403 for each write
+(Litestar's CSRF check), then the route's own refusals.
 """
 
 from __future__ import annotations
@@ -39,14 +43,6 @@ from app.domain.chat.schemas import ConversationResponse
 from app.domain.json_input import text_problem
 from app.domain.refusals import documented
 
-# The errors each kind of route answers, for the OpenAPI document: no session (401), a write
-# without the CSRF header (403), an id that is not the user's (404). (Litestar documents the 400
-# of a bad query or body itself; listing ClientException too would make its schema ambiguous.)
-READ = [NotAuthorizedException]
-READ_ONE = [*READ, *documented(NotFoundError, ConversationNotFoundError)]
-WRITE = [*READ, PermissionDeniedException]
-WRITE_ONE = [*WRITE, *documented(NotFoundError, ConversationNotFoundError)]
-
 
 def download(file: export.ExportFile) -> Response[bytes]:
     return Response(file.body, media_type=file.media_type, headers=file.headers)
@@ -64,7 +60,7 @@ def rating_response(row: ReplyRating) -> RatingResponse:
 class ArchiveController(Controller):
     path = "/conversations"
 
-    @get("/search", raises=READ)
+    @get("/search", raises=documented(NotAuthorizedException, ClientException))
     async def search_conversations(
         self,
         sessions: NamedDependency[Sessions],
@@ -87,7 +83,11 @@ class ArchiveController(Controller):
             for hit in hits
         ]
 
-    @get("/{conversation_id:uuid}/export", responses=EXPORT_RESPONSE, raises=READ_ONE)
+    @get(
+        "/{conversation_id:uuid}/export",
+        responses=EXPORT_RESPONSE,
+        raises=documented(NotAuthorizedException, ConversationNotFoundError),
+    )
     async def export_conversation(
         self,
         sessions: NamedDependency[Sessions],
@@ -104,10 +104,10 @@ class ArchiveController(Controller):
     @post(
         "/import",
         status_code=HTTP_201_CREATED,
-        raises=[
-            *WRITE,
-            ClientException,
-        ],  # 400: not an export (the body is read raw, not by Litestar)
+        # the body is read raw: its 400 is the import's own (not an export), not Litestar's
+        raises=documented(
+            NotAuthorizedException, PermissionDeniedException, importing.ImportRefusedError
+        ),
         request_max_body_size=MAX_IMPORT_BYTES,  # 413 beyond (litestar/connection/request.py)
     )
     async def import_conversation(
@@ -121,7 +121,10 @@ class ArchiveController(Controller):
         imported = await conversation_service.import_export(user.id, conversation_export)
         return ConversationResponse.of(imported)
 
-    @get("/{conversation_id:uuid}/ratings", raises=READ_ONE)
+    @get(
+        "/{conversation_id:uuid}/ratings",
+        raises=documented(NotAuthorizedException, ConversationNotFoundError),
+    )
     async def ratings(
         self,
         sessions: NamedDependency[Sessions],
@@ -138,7 +141,10 @@ class ArchiveController(Controller):
 class RatingController(Controller):
     path = "/messages"
 
-    @put("/{message_id:uuid}/rating", raises=WRITE_ONE)
+    @put(
+        "/{message_id:uuid}/rating",
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundError),
+    )
     async def rate(
         self,
         sessions: NamedDependency[Sessions],
@@ -150,7 +156,11 @@ class RatingController(Controller):
         row = await ratings.rate_reply(sessions, user.id, message_id, data.rating, data.comment)
         return rating_response(row)
 
-    @delete("/{message_id:uuid}/rating", status_code=HTTP_204_NO_CONTENT, raises=WRITE_ONE)
+    @delete(
+        "/{message_id:uuid}/rating",
+        status_code=HTTP_204_NO_CONTENT,
+        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundError),
+    )
     async def unrate(
         self,
         sessions: NamedDependency[Sessions],

@@ -20,6 +20,7 @@ from app.domain.accounts.login import EPOCH_KEY, session_row
 from app.domain.accounts.models import User
 from app.domain.chat.push.events import PushEvent
 from app.domain.chat.sign_outs import SignOuts
+from app.domain.refusals import documented
 from app.domain.sse import SSE_KEEPALIVE, STREAM_HEADERS
 from app.settings import Settings
 
@@ -35,7 +36,7 @@ def sse_frame(event: PushEvent) -> bytes:
     "/api/events",
     guards=[logged_in],
     dependencies={"user": Provide(provide_user)},
-    raises=[NotAuthorizedException],
+    raises=documented(NotAuthorizedException),
     # Like /ws, not in the OpenAPI document: an endless stream, which a client generated from the
     # document (or the schema fuzzer, tests/serving/test_api_fuzz.py) would read forever.
     include_in_schema=False,

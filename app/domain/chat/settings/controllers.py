@@ -4,7 +4,9 @@
     GET/PUT /api/account/chat-defaults
 
 Routes only translate (app/domain/chat/settings/service.py does the work); a value out of range is
-refused as a reply request's would be (400, through the app's exception map).
+refused as a reply request's would be (400, through the app's exception map). Each route's
+`raises=`, for the OpenAPI document: 401 (the router's `logged_in` guard, `user`'s `provide_user`),
+403 for the writes (Litestar's CSRF check), then the route's own refusals.
 """
 
 from __future__ import annotations
@@ -13,23 +15,26 @@ from uuid import UUID
 
 from litestar import Controller, Router, get, put
 from litestar.di import NamedDependency, Provide
-from litestar.exceptions import NotAuthorizedException, NotFoundException, PermissionDeniedException
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.params import FromPath, JSONBody
 
 from app.db.session import Sessions
 from app.domain.accounts.dependencies import provide_user
 from app.domain.accounts.guards import logged_in
 from app.domain.accounts.models import User
+from app.domain.chat.conversations.store import ConversationNotFoundError
 from app.domain.chat.replies.service import ReplyService
 from app.domain.chat.settings import service as chat_settings
 from app.domain.chat.settings.schemas import ChatSettings, SettingsView
-
-READ = [NotAuthorizedException, NotFoundException]
-WRITE = [*READ, PermissionDeniedException]
+from app.domain.errors import InvalidInputError
+from app.domain.refusals import documented
 
 
 class SettingsController(Controller):
-    @get("/conversations/{conversation_id:uuid}/settings", raises=READ)
+    @get(
+        "/conversations/{conversation_id:uuid}/settings",
+        raises=documented(NotAuthorizedException, ConversationNotFoundError),
+    )
     async def conversation_settings(
         self,
         replies: NamedDependency[ReplyService],
@@ -41,7 +46,15 @@ class SettingsController(Controller):
         )
         return chat_settings.view(chosen, replies.limits)
 
-    @put("/conversations/{conversation_id:uuid}/settings", raises=WRITE)
+    @put(
+        "/conversations/{conversation_id:uuid}/settings",
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            InvalidInputError,
+            ConversationNotFoundError,
+        ),
+    )
     async def save_conversation_settings(
         self,
         replies: NamedDependency[ReplyService],
@@ -57,7 +70,7 @@ class SettingsController(Controller):
         )
         return chat_settings.view(chosen, replies.limits)
 
-    @get("/account/chat-defaults", raises=READ)
+    @get("/account/chat-defaults", raises=documented(NotAuthorizedException))
     async def defaults(
         self,
         sessions: NamedDependency[Sessions],
@@ -67,7 +80,10 @@ class SettingsController(Controller):
         chosen = await chat_settings.user_defaults(sessions, user.id)
         return chat_settings.view(chosen, replies.limits)
 
-    @put("/account/chat-defaults", raises=WRITE)
+    @put(
+        "/account/chat-defaults",
+        raises=documented(NotAuthorizedException, PermissionDeniedException, InvalidInputError),
+    )
     async def save_defaults(
         self,
         sessions: NamedDependency[Sessions],
