@@ -67,6 +67,16 @@ def test_top_k_keeps_the_k_best() -> None:
     assert set(draws(SamplingParams(temperature=2.0, top_k=2), row, 2000)) == {1, 2}
 
 
+def test_top_k_and_min_p_keep_what_llama_cpp_keeps_whichever_binds() -> None:
+    """llama.cpp cuts top-k, then min-p; the sampler cuts min-p first (cheaper) and must keep the
+    same tokens: the k best of those within ln(1/min_p) of the maximum."""
+    row = logits(5.0, 4.9, 4.8, 4.7, 1.0, size=50_000)
+    # top-k binds (min-p 0.5 would keep four)
+    assert set(draws(SamplingParams(temperature=2.0, top_k=2, min_p=0.5), row, 2000)) == {0, 1}
+    # min-p binds (top-k 4 would keep four; min-p 0.9 keeps logits >= 5 - 0.105)
+    assert set(draws(SamplingParams(temperature=2.0, top_k=4, min_p=0.9), row, 2000)) == {0, 1}
+
+
 def test_top_p_keeps_the_nucleus_including_the_token_that_crosses_it() -> None:
     """Probabilities 0.5, 0.3, 0.2 (over 3 tokens): top_p 0.6 keeps the first two (0.5 < 0.6,
     0.8 >= 0.6), top_p 0.45 the first alone (0.5 >= 0.45)."""
