@@ -27,8 +27,8 @@ turns, and the history overflows every few turns. Checked:
   one more turn on the copy answers, its window where the copy's left off or later.
 
 Its time is the model's: some 12,000 tokens decoded on one llama.cpp thread. It prints the wall
-time of the 60 turns and the model's share (about 4 min 45 s a backend at load 2-4 on the shared
-2-CPU box, the model some 85% of it).
+time of the 60 turns and the model's share (4 min 45 s to 6 min a backend at load 2-7 on the
+shared 2-CPU box, the model 85-90% of it).
 """
 
 from __future__ import annotations
