@@ -1,5 +1,7 @@
 """Issue 22's 60-turn conversation, through the page like a user, in Chromium against the real
-SmolLM2 model on SQLite (test_e2e_sixty_turns_postgres.py runs the same on PostgreSQL).
+SmolLM2 model, on SQLite and PostgreSQL at once: the module's server (SQLite) and a second one on
+a throwaway PostgreSQL database, one user on each, every turn sent on both pages before either is
+checked. Each server decodes on one llama.cpp thread, so together they take about one's time.
 
 Why: the shorter tests (tests/serving/test_live_context_window.py, 12 turns over the API;
 test_e2e_context_window.py, 5 turns on the page) show each piece; this one shows they hold over
@@ -26,9 +28,9 @@ turns, and the history overflows every few turns. Checked:
   reply's window on the same message (under its new id), the copy shows the same divider, and
   one more turn on the copy answers, its window where the copy's left off or later.
 
-Its time is the model's: some 12,000 tokens decoded on one llama.cpp thread. It prints the wall
-time of the 60 turns and the model's share (4 min 45 s to 6 min a backend at load 2-7 on the
-shared 2-CPU box, the model 85-90% of it).
+Its time is the model's: some 12,000 tokens a backend, each decoded on one llama.cpp thread. It
+prints the wall time of the 60 turns and the model's share (one backend alone: 4 min 45 s to 6
+min at load 2-7 on the shared 2-CPU box, the model 85-90% of it).
 """
 
 from __future__ import annotations
@@ -38,15 +40,16 @@ import json
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Locator, Page, Response, expect
+from playwright.sync_api import Browser, Locator, Page, Response, expect
 
-from e2e.conftest import User
-from e2e.helpers import ChatPage, api_json
+from e2e.conftest import E2E_ENV, User, _signed_up
+from e2e.helpers import ChatPage, api_json, in_thread
+from tests.live_server import LiveServer, server_env, throwaway_database
 
 CONTEXT = 1024
 REPLY = 200
@@ -85,14 +88,19 @@ def wait_reply(chat: ChatPage, reply: Locator) -> str:
     return chat.wait_done(reply, timeout_s=REPLY_TIMEOUT_MS / 1000)
 
 
-def turn(chat: ChatPage, text: str) -> Locator:
-    """Send `text` from the composer; returns its reply once ended. (ChatPage.send also waits to
-    see the reply streaming, which a reply that ends fast can skip past.)"""
+def send(chat: ChatPage, text: str) -> Locator:
+    """Send `text` from the composer; returns its reply, which may still be streaming.
+    (ChatPage.send also waits to see the reply streaming, which a reply that ends fast can skip.)"""
     before = chat.assistant_messages().count()
     chat.composer.fill(text)
     chat.send_button.click()
     expect(chat.assistant_messages()).to_have_count(before + 1)
-    reply = chat.assistant_messages().nth(before)
+    return chat.assistant_messages().nth(before)
+
+
+def turn(chat: ChatPage, text: str) -> Locator:
+    """Send `text`; returns its reply once ended."""
+    reply = send(chat, text)
     wait_reply(chat, reply)
     return reply
 
@@ -197,9 +205,27 @@ def check_windows(messages: list[dict[str, Any]]) -> list[str | None]:
     return starts
 
 
-@pytest.mark.timeout(1200)  # 64 replies of the real model on a shared 2-CPU box
-def test_sixty_turns_through_the_page(new_user: Callable[..., User], tmp_path: Path) -> None:
-    user = new_user("sixty")
+@pytest.fixture(scope="module")
+def postgres_server(
+    module_dir: Path, server_env_overrides: dict[str, object]
+) -> Iterator[LiveServer]:
+    """A second server beside the module's SQLite one, on a throwaway PostgreSQL database: the two
+    conversations run at once, one llama.cpp thread each, so the two backends take one's time."""
+    folder = module_dir / "postgresql"
+    folder.mkdir()
+    manager = throwaway_database("postgresql", folder)
+    url = in_thread(manager.__enter__)
+    env = server_env("llamacpp", url, folder, **{**E2E_ENV, **server_env_overrides})
+    live = LiveServer(env, folder / "server.log")
+    try:
+        yield live.start()
+    finally:
+        live.stop()
+        in_thread(manager.__exit__, None, None, None)
+
+
+def open_chat(user: User) -> ChatPage:
+    """A new conversation on the user's page, set to greedy replies of up to REPLY tokens."""
     page = user.page
     chat = ChatPage(page).open()
     chat.new_chat()
@@ -209,16 +235,42 @@ def test_sixty_turns_through_the_page(new_user: Callable[..., User], tmp_path: P
     chosen = api_json(page.request, f"/api/conversations/{conversation}/settings")["settings"]
     assert (chosen["temperature"], chosen["max_tokens"]) == (0, REPLY), chosen
     assert latest(page, conversation)["context"]["reply_tokens"] == REPLY
+    return chat
 
-    began = time.monotonic()
-    walls = []
-    for n in range(TURNS):
-        t0 = time.monotonic()
-        check_turn(chat, turn(chat, question(n)))
-        walls.append(time.monotonic() - t0)
-    print(f"\n{TURNS} turns in {time.monotonic() - began:.0f} s; a turn: median "
-          f"{statistics.median(walls):.1f} s, max {max(walls):.1f} s")  # fmt: skip
 
+@pytest.mark.timeout(1200)  # 2 x 64 replies of the real model on a shared 2-CPU box
+def test_sixty_turns_through_the_page_on_sqlite_and_postgresql(
+    new_user: Callable[..., User],
+    browser: Browser,
+    database_url: str,
+    postgres_server: LiveServer,
+    tmp_path: Path,
+) -> None:
+    assert database_url.startswith("sqlite") and "postgresql" in postgres_server.env["DATABASE_URL"]
+    on_postgresql = _signed_up(browser, postgres_server, "sixty-pg")
+    try:
+        chats = {"sqlite": open_chat(new_user("sixty")), "postgresql": open_chat(on_postgresql)}
+        began = time.monotonic()
+        for n in range(TURNS):  # each turn sent on both pages, then each checked
+            replies = {name: send(chat, question(n)) for name, chat in chats.items()}
+            for name, chat in chats.items():
+                wait_reply(chat, replies[name])
+                check_turn(chat, replies[name])
+        print(f"\n{TURNS} turns on both backends in {time.monotonic() - began:.0f} s")
+        for name, chat in chats.items():
+            print(f"{name}:", end=" ")
+            after_sixty_turns(chat, tmp_path / name)
+    finally:
+        on_postgresql.context.close()
+    assert not on_postgresql.page_errors, on_postgresql.page_errors
+
+
+def after_sixty_turns(chat: ChatPage, folder: Path) -> None:
+    """The conversation's windows moved in steps; regenerate, edit, branch switch, export and
+    import keep what the model saw."""
+    page = chat.page
+    conversation = chat.conversation_id()
+    folder.mkdir()
     messages = api_json(page.request, f"/api/conversations/{conversation}?limit=500")["messages"]
     assert len(messages) == 2 * TURNS
     starts = check_windows(messages)
@@ -263,7 +315,7 @@ def test_sixty_turns_through_the_page(new_user: Callable[..., User], tmp_path: P
     assert check_turn(chat)["window_start_id"] == last["window_start_id"]
 
     # Export (JSON, from the page) and import (through the page): the same windows.
-    saved = export_json(page, tmp_path)
+    saved = export_json(page, folder)
     page.get_by_test_id("import-file").set_input_files(str(saved))
     expect(page).not_to_have_url(re.compile(conversation))
     copy = chat.conversation_id()

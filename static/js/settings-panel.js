@@ -43,15 +43,27 @@ export class SettingsPanel {
   async open() {
     showError(this.error, "");
     this.dialog.showModal();
-    this.field("system_prompt").focus();
     const id = this.currentId();
     this.scope.textContent = id
       ? "Used for every reply in this conversation. Leave a field empty for the default."
       : "For the next conversation; new conversations start from your defaults.";
+    // Until the stored settings arrive the fields wait: typing into them now would be undone by
+    // the fill, and a save would store what the form held before.
+    this.setLoading(true);
     try {
       this.fill(await api.get(id ? settingsPath(id) : DEFAULTS_PATH));
     } catch (err) {
       showError(this.error, `Could not load the settings: ${err.detail || err.message}`);
+    } finally {
+      this.setLoading(false);
+      this.field("system_prompt").focus();
+    }
+  }
+
+  setLoading(busy) {
+    this.form.setAttribute("aria-busy", String(busy));
+    for (const control of this.dialog.querySelectorAll("input, textarea, button[type=submit], #settings-save-default")) {
+      control.disabled = busy;
     }
   }
 
