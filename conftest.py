@@ -53,15 +53,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # The live tier runs on xdist workers a file at a time (`-n 2 --dist loadfile`, scripts/test), each
 # file going to whichever worker is free. A long file handed out last keeps one worker busy long
 # after the other has finished, so the longest go first, in this order (one worker's seconds for
-# each on a loaded 2-core machine, before issue 21 shortened the stall waits and server starts):
-# db_stall 307, api_fuzz 120, context_window 104, write_bursts 95, bad_input 72, security 67.
+# each, setups included, in a live tier of 400 s on a shared 2-core machine; the tier's other
+# files took 25 s or less each).
 SLOWEST_FIRST = [
-    "tests/serving/test_live_db_stall.py",
-    "tests/serving/test_api_fuzz.py",
-    "tests/serving/test_live_context_window.py",
-    "tests/serving/test_live_write_bursts.py",
-    "tests/serving/test_live_bad_input.py",
-    "tests/serving/test_live_security.py",
+    "tests/serving/test_live_db_stall.py",  # 122
+    "tests/serving/test_live_bad_input.py",  # 74
+    "tests/serving/test_live_context_window.py",  # 66
+    "tests/serving/test_live_security.py",  # 59
+    "tests/serving/test_api_fuzz.py",  # 48
+    "tests/serving/test_live_write_bursts.py",  # 39
+    "tests/serving/test_live_sign_out.py",  # 32
+    "tests/serving/test_live_storage_full.py",  # 30
+    "tests/serving/test_live_isolation.py",  # 28
+    "tests/serving/test_live_websocket.py",  # 27
+    "tests/serving/test_live_page_stream.py",  # 27
 ]
 
 
