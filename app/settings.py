@@ -140,6 +140,11 @@ def _default_database_url() -> str:
 class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     database_url: str = env("DATABASE_URL", default_factory=_default_database_url)
+    # How long a SQLite write waits for another connection's write lock before it fails (SQLite's
+    # busy timeout; PostgreSQL waits for its locks)
+    database_busy_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = env(
+        "DATABASE_BUSY_TIMEOUT_S", 5.0
+    )
     secret_key: str = env("SECRET_KEY", default_factory=lambda: secrets.token_hex(32))
     keepalive_s: float = env("KEEPALIVE_S", 15.0)  # SSE comment / WS ping when a stream is idle
     # How long a page reply waits for its client to resume
@@ -196,6 +201,11 @@ class Settings:
     quota_tokens_per_month: Annotated[int, msgspec.Meta(ge=0)] = env("QUOTA_TOKENS_PER_MONTH", 0)
     # Longest a client's `final` waits for the reply to be saved
     final_save_wait_s: float = env("FINAL_SAVE_WAIT_S", 5.0)
+    # On SIGTERM, how long the replies' final saves still pending are retried before they are
+    # logged as lost (the next start marks them `interrupted`)
+    shutdown_save_deadline_s: Annotated[float, msgspec.Meta(ge=0)] = env(
+        "SHUTDOWN_SAVE_DEADLINE_S", 10.0
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -3,7 +3,8 @@
 - `browser`: one headless Chromium (Debian's, /usr/bin/chromium) for the whole session.
 - `backend` (module-scoped, "sqlite" unless a module overrides it) and `server_env_overrides`.
 - `server`: a live uvicorn server per module with the real SmolLM2 model (ENGINE=llamacpp) on a
-  throwaway database of that backend; `database_url` is that database.
+  throwaway database of that backend, already migrated (a copy of a template the real migrations
+  built once, tests/live_databases.py); `database_url` is that database.
 - `admin`: a browser context logged in as the module's first sign-up, hence the admin.
 - `new_user`: makes more logged-in browser contexts (a fresh ordinary user each), closed after
   the test. Every page of these contexts is watched: an uncaught page error or a violation of the
@@ -32,7 +33,8 @@ from e2e.helpers import (
     in_thread,
     unique_email,
 )
-from tests.live_server import LiveServer, server_env, throwaway_database
+from tests.live_databases import migrated_database
+from tests.live_server import LiveServer, server_env
 
 # Short enough to keep each reply a few seconds long on two cores, long enough to Stop mid-reply.
 E2E_ENV: dict[str, object] = {
@@ -81,8 +83,8 @@ def module_dir(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Path:
 
 @pytest.fixture(scope="module")
 def database_url(backend: str, module_dir: Path) -> Iterator[str]:
-    # throwaway_database uses asyncio.run(): off the main thread, where Playwright's loop runs.
-    manager = throwaway_database(backend, module_dir)
+    # migrated_database uses asyncio.run(): off the main thread, where Playwright's loop runs.
+    manager = migrated_database(backend, module_dir)
     url = in_thread(manager.__enter__)
     try:
         yield url
@@ -98,7 +100,7 @@ def server(
     engine_kind: str,
 ) -> Iterator[LiveServer]:
     env = server_env(engine_kind, database_url, module_dir, **{**E2E_ENV, **server_env_overrides})
-    live = LiveServer(env, module_dir / "server.log")
+    live = LiveServer(env, module_dir / "server.log", migrate=False)
     try:
         yield live.start()
     finally:

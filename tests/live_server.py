@@ -12,6 +12,9 @@ clients or crashes is tested against a real server on a free port:
     server.start()                     # same port, same database
     server.stop()                      # SIGTERM, then SIGKILL if it lingers
 
+The tests' servers run with `migrate=False` on databases from tests/live_databases.py: copies of
+one this process migrated with the real `python -m app.cli db upgrade` (`upgrade` here).
+
 Every server writes its output to `log_path`; `LiveServer.active` lists the running ones so that a
 test harness can attach their logs to a failure report (see tests/serving/conftest.py).
 
@@ -44,7 +47,6 @@ from typing import Any, ClassVar
 
 import httpx
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -157,6 +159,25 @@ class ServerError(RuntimeError):
     """The server did not come up (its log tail is in the message)."""
 
 
+def upgrade(env: Mapping[str, str], log_path: Path, cwd: Path = PROJECT_ROOT) -> None:
+    """`python -m app.cli db upgrade` on env's DATABASE_URL, its output appended to `log_path`."""
+    with log_path.open("ab") as log:
+        log.write(b"\n=== python -m app.cli db upgrade ===\n")
+        log.flush()
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "db", "upgrade"],
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+            check=False,
+        )
+    if done.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-6000:]
+        raise ServerError(f"migrations failed ({done.returncode}):\n{tail}")
+
+
 class LiveServer:
     """One uvicorn process running `app.web.app:create_app` with the given environment.
 
@@ -210,20 +231,7 @@ class LiveServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def run_migrations(self) -> None:
-        with self.log_path.open("ab") as log:
-            log.write(b"\n=== python -m app.cli db upgrade ===\n")
-            log.flush()
-            done = subprocess.run(
-                [sys.executable, "-m", "app.cli", "db", "upgrade"],
-                cwd=self.cwd,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=120,
-                check=False,
-            )
-        if done.returncode != 0:
-            raise ServerError(f"migrations failed ({done.returncode}):\n{self.log_tail()}")
+        upgrade(self.env, self.log_path, self.cwd)
 
     def argv(self) -> list[str]:
         if self.command is not None:
@@ -579,45 +587,13 @@ def read_stream(source: httpx.Response | SseReader, record: PageStream | None = 
     return record
 
 
-# -- databases ----------------------------------------------------------------------------------
-
-
-async def _postgres_admin(sql: str) -> None:
-    import asyncpg
-
-    dsn = make_url(TEST_POSTGRES_URL).set(drivername="postgresql")
-    connection = await asyncpg.connect(dsn.render_as_string(hide_password=False))
-    try:
-        await connection.execute(sql)
-    finally:
-        await connection.close()
-
-
 @contextlib.contextmanager
-def throwaway_database(backend: str, directory: Path) -> Iterator[str]:
-    """An empty database (not migrated): a SQLite file in `directory`, or a PostgreSQL database
-    with a random name on TEST_POSTGRES_URL's server, dropped afterwards."""
-    if backend == "sqlite":
-        yield f"sqlite+aiosqlite:///{directory / f'live-{secrets.token_hex(4)}.db'}"
-        return
-    if backend != "postgresql":
-        raise ValueError(f"unknown backend {backend!r}")
-    name = f"streamchat_live_{secrets.token_hex(6)}"
-    asyncio.run(_postgres_admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield (
-            make_url(TEST_POSTGRES_URL)
-            .set(drivername="postgresql+asyncpg", database=name)
-            .render_as_string(hide_password=False)
-        )
-    finally:
-        asyncio.run(_postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-@contextlib.contextmanager
-def running_server(env: Mapping[str, str], log_path: Path) -> Iterator[LiveServer]:
-    """A started LiveServer, always stopped afterwards."""
-    server = LiveServer(env, log_path)
+def running_server(
+    env: Mapping[str, str], log_path: Path, *, migrate: bool = False
+) -> Iterator[LiveServer]:
+    """A started LiveServer, always stopped afterwards. Its database (env's DATABASE_URL) is
+    already migrated (`migrated_database`) unless `migrate` says so."""
+    server = LiveServer(env, log_path, migrate=migrate)
     try:
         yield server.start()
     finally:

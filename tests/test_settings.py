@@ -56,6 +56,8 @@ def test_unset_and_empty_variables_leave_the_defaults() -> None:
         ("DEBUG", "maybe", "Expected `bool`, got `str`"),
         ("COOKIE_SECURE", "sometimes", "Invalid enum value 'sometimes'"),
         ("QUOTA_TOKENS_PER_DAY", "-5", "Expected `int` >= 0"),
+        ("DATABASE_BUSY_TIMEOUT_S", "0", "Expected `float` > 0.0"),
+        ("SHUTDOWN_SAVE_DEADLINE_S", "-1", "Expected `float` >= 0.0"),
     ],
 )
 def test_a_bad_value_names_its_variable(variable: str, value: str, problem: str) -> None:

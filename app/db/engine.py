@@ -20,7 +20,8 @@ from sqlalchemy.ext.asyncio import (
 )
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
-"""How long a SQLite writer waits for another one before giving up (the flushes are short)."""
+"""How long a SQLite writer waits for another one before giving up (the flushes are short), by
+default (DATABASE_BUSY_TIMEOUT_S)."""
 
 _DRIVERLESS_SCHEMES = {
     "postgres": "postgresql+asyncpg",
@@ -54,24 +55,32 @@ def _ensure_sqlite_dir(url: URL) -> None:
         Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
 
 
-def _set_sqlite_pragmas(dbapi_connection: Any, _connection_record: Any) -> None:
+def _set_sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer, nor it them
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; an app crash loses nothing
         cursor.execute("PRAGMA foreign_keys=ON")  # ON DELETE CASCADE needs it
     finally:
         cursor.close()
 
 
-def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
-    """Create the async engine for `url` (normalised), with SQLite tuned as described above."""
+def create_engine(
+    url: str | URL, *, busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_MS / 1000, **kwargs: Any
+) -> AsyncEngine:
+    """Create the async engine for `url` (normalised), with SQLite tuned as described above
+    (`busy_timeout_s`: SQLite's busy timeout; PostgreSQL has none)."""
     normalized = make_url(normalize_database_url(url))
     if normalized.get_backend_name() == "sqlite":
         _ensure_sqlite_dir(normalized)
         engine = create_async_engine(normalized, **kwargs)
-        event.listen(engine.sync_engine, "connect", _set_sqlite_pragmas)
+        busy_ms = round(busy_timeout_s * 1000)
+        event.listen(
+            engine.sync_engine,
+            "connect",
+            lambda dbapi_connection, _record: _set_sqlite_pragmas(dbapi_connection, busy_ms),
+        )
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(normalized, **kwargs)

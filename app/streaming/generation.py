@@ -111,6 +111,7 @@ class Generation:
         self._done = asyncio.Event()  # the end state is known AND saved
         self.ended_at: float | None = None  # time.monotonic() when the outcome became known
         self._final_timer: asyncio.TimerHandle | None = None
+        self._final_wait_over = False  # the final-wait timer has fired
         self.save_attempts = 0  # the saver's bookkeeping, shown by the admin's live view
         self.save_error: str | None = None
         self._abort: Callable[[], None] = lambda: None
@@ -155,10 +156,10 @@ class Generation:
         await self._done.wait()
 
     def final_due(self) -> bool:
-        """May a subscriber send the `final` now: saved, or ended `final_wait_s` ago."""
-        if self._done.is_set():
-            return True
-        return self.ended_at is not None and time.monotonic() - self.ended_at >= self.final_wait_s
+        """May a subscriber send the `final` now: saved, or ended `final_wait_s` ago (its timer
+        has fired: not a clock reading, since uvloop's millisecond timers may fire a hair before
+        `time.monotonic()` agrees, and a stream told "not yet" then waited for its next keepalive)."""
+        return self._done.is_set() or self._final_wait_over
 
     def start_event(self, offset: int = 0) -> Start:
         return Start(
@@ -261,7 +262,7 @@ class Generation:
         self.ended_at = time.monotonic()
         # A slow save must not hold the Final forever: wake the subscribers when it is due.
         self._final_timer = asyncio.get_running_loop().call_later(
-            self.final_wait_s, self._wake_subscribers
+            self.final_wait_s, self._final_wait_up
         )
         metrics.REPLIES.labels(self.status.value).inc()
         if self.outcome.ttft_ms is not None:
@@ -271,6 +272,10 @@ class Generation:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
         return self.outcome
+
+    def _final_wait_up(self) -> None:
+        self._final_wait_over = True
+        self._wake_subscribers()
 
     def finish(self) -> None:
         """The end state is saved: release the Final to every subscriber."""

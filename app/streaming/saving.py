@@ -8,7 +8,7 @@ has it. This module carries it there, and keeps the "nothing lost while the proc
   long as it takes. Until it is saved the Generation stays registered with the manager, so resume,
   cancel and the admin's live view answer from memory, truthfully: the reply has ended, with this
   text and this status, and it is being saved.
-- An attempt waits as long as the driver does: SQLite's busy timeout (5 s, app/db/engine.py) when
+- An attempt waits as long as the driver does: SQLite's busy timeout (DATABASE_BUSY_TIMEOUT_S) when
   another connection holds the write lock; on PostgreSQL a write blocked by a table lock waits
   for the lock (it is pending, not failed); a dropped connection or a refused one fails at once.
 - One writer for all pending finals, one attempt in flight: a stalled database then holds two
@@ -24,9 +24,10 @@ has it. This module carries it there, and keeps the "nothing lost while the proc
   out anyway marked `saved: false` (its text and status are the true ones, what will be saved).
   A later resume tells whether it has been saved since (its `final` says so).
 - Shutdown (`hurry`): the backoff is cut short and pending saves are tried until the shutdown
-  deadline; the manager logs as errors, with their text lengths, the ones that still failed. That
-  is the limit: a process that exits or dies with a save pending loses that reply's end; the next
-  start marks its row `interrupted`, with the text last flushed before the stall.
+  deadline (SHUTDOWN_SAVE_DEADLINE_S); the manager logs as errors, with their text lengths, the
+  ones that still failed. That is the limit: a process that exits or dies with a save pending
+  loses that reply's end; the next start marks its row `interrupted`, with the text last flushed
+  before the stall.
 """
 
 from __future__ import annotations

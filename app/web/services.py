@@ -58,7 +58,9 @@ class Services:
 
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
-        db_engine = create_db_engine(settings.database_url)
+        db_engine = create_db_engine(
+            settings.database_url, busy_timeout_s=settings.database_busy_timeout_s
+        )
         sessions = make_sessionmaker(db_engine)
         storage = StorageHealth(settings.database_url, on_change=metrics.storage_changed)
         watch_storage(db_engine, storage)
@@ -149,7 +151,7 @@ class Services:
         await self.cancel_channel.stop()
         await self.push_relay.stop()
         self.push.close()
-        await self.manager.shutdown()
+        await self.manager.shutdown(self.settings.shutdown_save_deadline_s)
         if self._engine_start is not None:
             await asyncio.wait({self._engine_start})  # never shut down an engine mid-load
         await self.engine.shutdown()

@@ -55,6 +55,16 @@ async def test_sqlite_file_gets_its_folder_wal_busy_timeout_and_foreign_keys(
     }
 
 
+async def test_sqlite_busy_timeout_is_a_setting(tmp_path: Path) -> None:
+    """DATABASE_BUSY_TIMEOUT_S reaches SQLite (the live stall tests shorten it)."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}", busy_timeout_s=1.25)
+    try:
+        async with engine.connect() as connection:
+            assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() == 1250
+    finally:
+        await engine.dispose()
+
+
 async def test_litestar_config_sessions_serve_the_services(
     migrated_database_url: str, fast_password_hashing: None
 ) -> None:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy.engine import make_url
 
+from tests.live_databases import throwaway_database as postgres_database
 from tests.live_server import (
     LiveServer,
     PageClient,
@@ -41,7 +42,6 @@ from tests.live_server import (
     end_process,
     free_port,
 )
-from tests.live_server import throwaway_database as postgres_database
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROCFILE = PROJECT_ROOT / "Procfile"
@@ -83,7 +83,7 @@ class Database:
 
 @contextlib.contextmanager
 def throwaway_database() -> Iterator[Database]:
-    """A PostgreSQL database with a random name, dropped afterwards (tests/live_server.py's)."""
+    """A PostgreSQL database with a random name, dropped afterwards (tests/live_databases.py's)."""
     with postgres_database("postgresql", Path(tempfile.gettempdir())) as async_url:
         yield Database(
             url=make_url(async_url)

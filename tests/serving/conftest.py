@@ -6,12 +6,13 @@ Each test module says which engine its server runs by overriding `engine_kind` a
 - `backend`: "sqlite" or "postgresql" (a module-scoped parameter: every module runs on both);
 - `server`: a uvicorn subprocess (see tests/live_server.py) with that configuration, on a throwaway
   database of that backend (a SQLite file, or a PostgreSQL database created for it and dropped at
-  the end), migrated by `python -m app.cli db upgrade` before the server starts;
+  the end), at the migrations' head: a copy of one `python -m app.cli db upgrade` built once per
+  process (tests/live_databases.py);
 - `live_database_url`: that database, to look at the rows directly;
 - `alice`: the server's first sign-up, hence its admin (she can read `/admin/api/engine`);
   `bob`: an ordinary user.
 
-Starting a server (migrations, imports, model load) costs seconds, so servers live in a
+Starting a server (imports, model load) costs seconds, so servers live in a
 session-wide pool: modules that ask for the same configuration and backend share one server, its
 database and its users. Tests never rely on what another test left behind (each makes its own
 conversations) and always wait for their replies to end, so sharing is safe. A test that needs a
@@ -30,13 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_server import (
-    LiveServer,
-    PageClient,
-    running_server,
-    server_env,
-    throwaway_database,
-)
+from tests.live_databases import migrated_database
+from tests.live_server import LiveServer, PageClient, running_server, server_env
 
 
 def unique_email(name: str) -> str:
@@ -66,7 +62,7 @@ class ServerPool:
         if key not in self._entries:
             directory = self.base / f"{backend}-{engine}-{len(self._entries)}"
             directory.mkdir(parents=True)
-            url = self._stack.enter_context(throwaway_database(backend, directory))
+            url = self._stack.enter_context(migrated_database(backend, directory))
             env = server_env(engine, url, directory, **overrides)
             live = self._stack.enter_context(running_server(env, directory / "server.log"))
             self._entries[key] = PooledServer(live, url)

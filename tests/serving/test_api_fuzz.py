@@ -22,7 +22,6 @@ per role.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
@@ -43,10 +42,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app.db.migrate import upgrade_database_async
 from app.settings import EngineSettings, Settings
 from app.web.app import create_app
-from tests.live_server import TEST_PASSWORD, throwaway_database
+from tests.live_databases import migrated_database
+from tests.live_server import TEST_PASSWORD
 
 MAX_EXAMPLES = 25
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
@@ -113,8 +112,7 @@ def fuzzed_app(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[FuzzedApp]:
     directory: Path = tmp_path_factory.mktemp(f"fuzz-{request.param}")
-    with throwaway_database(request.param, directory) as url:
-        asyncio.run(upgrade_database_async(url))
+    with migrated_database(request.param, directory) as url:
         app = create_app(
             Settings(engine=EngineSettings(kind="synthetic"), database_url=url, signup_mode="open")
         )

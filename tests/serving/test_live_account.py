@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.live_databases import migrated_database
 from tests.live_server import (
     TEST_PASSWORD,
     LiveServer,
@@ -26,7 +27,6 @@ from tests.live_server import (
     query,
     running_server,
     server_env,
-    throwaway_database,
 )
 from tests.serving.conftest import unique_email
 
@@ -37,7 +37,7 @@ NEW_PASSWORD = "a new and longer passphrase"
 
 @pytest.fixture(scope="module")
 def database_url(module_dir: Path, backend: str) -> Iterator[str]:
-    with throwaway_database(backend, module_dir / "account") as url:
+    with migrated_database(backend, module_dir / "account") as url:
         yield url
 
 

@@ -2,7 +2,7 @@
 synthetic engine, on SQLite and PostgreSQL, with real faults (tests/serving/db_faults.py):
 
 - another connection holds the write lock across the end of a reply, for longer than the three
-  tries the final save used to make (3 x SQLite's 5 s busy timeout, plus pauses: about 16 s);
+  tries the final save used to make (3 x SQLite's busy timeout, plus pauses);
 - the database refuses one reply's final write (a trigger), and only that one;
 - several replies end while the database is unavailable (PostgreSQL: connections refused and
   terminated for a few seconds, what a restart looks like to the app; SQLite: the write lock);
@@ -10,7 +10,9 @@ synthetic engine, on SQLite and PostgreSQL, with real faults (tests/serving/db_f
   shutdown deadline, logged as LOST (with its length) if not, then `interrupted` at the next start.
 
 The synthetic engine is used because the model is not the point: replies of an exact length
-(`[[synthetic:tokens=N]]`) end on cue, in seconds.
+(`[[synthetic:tokens=N]]`) end on cue, in seconds. The servers' busy timeout and shutdown deadline
+are shorter than their defaults (DATABASE_BUSY_TIMEOUT_S 5 s, SHUTDOWN_SAVE_DEADLINE_S 10 s), and
+every wait here is derived from them: the same faults, outlasting the same tries, in far less time.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.live_databases import migrated_database
 from tests.live_server import (
     LiveServer,
     PageClient,
@@ -36,18 +39,28 @@ from tests.live_server import (
     row_counts,
     running_server,
     server_env,
-    throwaway_database,
     uuid_text,
 )
 from tests.serving.db_faults import database_unavailable, refuse_final_save, write_lock
 
-FINAL_WAIT_S = 2.0  # FINAL_SAVE_WAIT_S: how long a client's final waits for the save
-# How long the database stays away after the reply (or the last of them) has ended: on SQLite,
-# past the three tries the final save used to make (3 x the 5 s busy timeout + pauses, ~16 s);
-# on PostgreSQL a refused connection fails at once, and the old tries took ~1.2 s.
-DOWN_AFTER_END_S = {"sqlite": 18.0, "postgresql": 4.0}
 END_TIMEOUT_S = 60.0  # for a reply to end and its final to arrive, on a busy machine
 STEP_MS = 10
+FINAL_WAIT_S = 2.0  # FINAL_SAVE_WAIT_S: how long a client's final waits for the save
+BUSY_TIMEOUT_S = 1.0  # DATABASE_BUSY_TIMEOUT_S: a SQLite save attempt under the lock fails after it
+SHUTDOWN_DEADLINE_S = 5.0  # SHUTDOWN_SAVE_DEADLINE_S: how long a SIGTERM'd server retries saves
+# The three tries the final save used to make before it gave up, with the pauses between them
+# (the backoff starts at 0.2 s and doubles): on SQLite each try waits out the busy timeout.
+THREE_TRIES_S = 3 * BUSY_TIMEOUT_S + 0.2 + 0.4
+# How long the database stays away after the reply (or the last of them) has ended: on SQLite,
+# 2 s past the three tries; on PostgreSQL a refused connection fails at once, and the old tries
+# took ~1.2 s.
+DOWN_AFTER_END_S = {"sqlite": THREE_TRIES_S + 2.0, "postgresql": 4.0}
+SERVER_ENV = {
+    "SYNTHETIC_STEP_MS": STEP_MS,
+    "FINAL_SAVE_WAIT_S": FINAL_WAIT_S,
+    "DATABASE_BUSY_TIMEOUT_S": BUSY_TIMEOUT_S,
+    "SHUTDOWN_SAVE_DEADLINE_S": SHUTDOWN_DEADLINE_S,
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +70,7 @@ def engine_kind() -> str:
 
 @pytest.fixture(scope="module")
 def server_env_overrides() -> dict[str, object]:
-    return {"SYNTHETIC_STEP_MS": STEP_MS, "FINAL_SAVE_WAIT_S": FINAL_WAIT_S}
+    return dict(SERVER_ENV)
 
 
 def metric(client: PageClient, name: str) -> float:
@@ -221,15 +234,8 @@ def test_a_reply_the_database_refuses_does_not_hold_up_the_others(
 @pytest.fixture
 def own_server(backend: str, module_dir: Path, tmp_path: Path) -> Iterator[tuple[LiveServer, str]]:
     """A server on a database of its own, which the test makes unavailable."""
-    with throwaway_database(backend, module_dir) as url:
-        env = server_env(
-            "synthetic",
-            url,
-            module_dir,
-            SYNTHETIC_STEP_MS=STEP_MS,
-            FINAL_SAVE_WAIT_S=FINAL_WAIT_S,
-            ENGINE_MAX_SEQS=8,
-        )
+    with migrated_database(backend, module_dir) as url:
+        env = server_env("synthetic", url, module_dir, **SERVER_ENV, ENGINE_MAX_SEQS=8)
         with running_server(env, tmp_path / "server.log") as live:
             yield live, url
 
@@ -274,17 +280,17 @@ def test_replies_ending_while_the_database_is_unavailable_are_all_saved(
 
 # -- a graceful shutdown with a save pending -----------------------------------------------------
 
-SIGTERM_AFTER_END_S = 12.0  # the reply has ended and its save is failing
-SHUTDOWN_DEADLINE_S = 10.0  # GenerationManager.shutdown's default
+SIGTERM_AFTER_END_S = THREE_TRIES_S  # the reply has ended and its save is failing
+BACK_INTO_SHUTDOWN_S = SHUTDOWN_DEADLINE_S / 2  # the database is back, within the deadline
 
 
 def test_a_save_pending_at_shutdown_is_retried_until_the_deadline(
     backend: str, own_server: tuple[LiveServer, str]
 ) -> None:
     """The database goes away across the end of a reply; SIGTERM comes SIGTERM_AFTER_END_S
-    after the end, and the database is back 6 s into the shutdown (within its deadline): the
-    server was still there, retrying, and the row ends `completed` with the whole text. (On
-    SQLite the outage outlasts the old three tries, which gave up about 16 s after the end.)"""
+    after the end, and the database is back BACK_INTO_SHUTDOWN_S into the shutdown (within its
+    deadline): the server was still there, retrying, and the row ends `completed` with the whole
+    text. (The outage outlasts the old three tries, which gave up THREE_TRIES_S after the end.)"""
     live, database_url = own_server
     client = PageClient(live.url)
     client.signup(f"shutdown-saved-{backend}@example.com")
@@ -296,7 +302,7 @@ def test_a_save_pending_at_shutdown_is_retried_until_the_deadline(
         time.sleep(max(0.0, ended_at + SIGTERM_AFTER_END_S - time.monotonic()))
         assert live.process is not None
         live.process.send_signal(signal.SIGTERM)
-        time.sleep(6)
+        time.sleep(BACK_INTO_SHUTDOWN_S)
         assert live.running, "the server exited with the save still pending"
     live.process.wait(timeout=30)
 
@@ -322,8 +328,12 @@ def test_a_save_not_done_by_the_shutdown_deadline_is_logged_as_lost(
     with database_unavailable(backend, database_url):
         reply.wait_end()  # (its `saved: false` is the first test's business)
         assert live.process is not None
+        signalled = time.monotonic()
         live.process.send_signal(signal.SIGTERM)
         live.process.wait(timeout=SHUTDOWN_DEADLINE_S + 30)
+        took = time.monotonic() - signalled
+    # It retried until its deadline, SHUTDOWN_SAVE_DEADLINE_S's and not the 10 s default.
+    assert SHUTDOWN_DEADLINE_S <= took < 10.0, took
     log = live.log_text()
     lost = re.search(rf"LOST at shutdown: the end of reply {message_id} \(completed, (\d+) ", log)
     assert lost is not None, log[-3000:]

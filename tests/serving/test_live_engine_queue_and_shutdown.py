@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app.engine.trtllm.engine import ABORT_GRACE_S
+from tests.live_databases import migrated_database
 from tests.live_server import (
     LiveServer,
     PageClient,
@@ -23,7 +24,6 @@ from tests.live_server import (
     query,
     read_stream,
     server_env,
-    throwaway_database,
     uuid_text,
 )
 from tests.serving.conftest import unique_email
@@ -92,9 +92,9 @@ def test_shutdown_with_replies_in_flight_saves_them_interrupted(
     queued request), and both replies are saved `interrupted`, the running one with its text."""
     directory = module_dir / f"shutdown-{engine_kind}"
     directory.mkdir()
-    with throwaway_database(backend, directory) as url:
+    with migrated_database(backend, directory) as url:
         env = server_env(engine_kind, url, directory, ENGINE_MAX_SEQS=1, GRACEFUL_SHUTDOWN_S=1)
-        server = LiveServer(env, directory / "server.log").start()
+        server = LiveServer(env, directory / "server.log", migrate=False).start()
         try:
             client = PageClient(server.url)
             client.signup(unique_email("shutdown"))

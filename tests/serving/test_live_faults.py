@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.live_databases import migrated_database
 from tests.live_server import (
     LiveServer,
     PageClient,
@@ -31,7 +32,6 @@ from tests.live_server import (
     read_stream,
     running_server,
     server_env,
-    throwaway_database,
 )
 
 FLUSH_INTERVAL_S = 0.2
@@ -88,7 +88,7 @@ def test_an_engine_failure_mid_reply_is_reported_in_band(alice: PageClient) -> N
 @pytest.fixture
 def killable_server(backend: str, module_dir: Path) -> Iterator[LiveServer]:
     """A server of its own (own database) that the test may kill and restart."""
-    with throwaway_database(backend, module_dir) as url:
+    with migrated_database(backend, module_dir) as url:
         env = server_env(
             "synthetic",
             url,
@@ -148,7 +148,7 @@ def test_a_killed_server_leaves_the_flushed_text_interrupted(killable_server: Li
 def fast_server(backend: str, module_dir: Path) -> Iterator[LiveServer]:
     """Zero-cost engine steps and a huge context: a reply streams as fast as the server can frame
     it, enough to fill a stalled client's socket buffers (a few MB on loopback) in seconds."""
-    with throwaway_database(backend, module_dir) as url:
+    with migrated_database(backend, module_dir) as url:
         env = server_env(
             "synthetic",
             url,

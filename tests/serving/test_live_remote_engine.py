@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.live_databases import migrated_database
 from tests.live_server import (
     LiveServer,
     PageClient,
@@ -31,7 +32,6 @@ from tests.live_server import (
     read_stream,
     running_server,
     server_env,
-    throwaway_database,
 )
 from tests.llama_server import LlamaServer, kill_upstream
 from tests.serving.conftest import unique_email
@@ -86,7 +86,7 @@ def app_in_front(
 ) -> Iterator[tuple[LiveServer, PageClient]]:
     """A started app with ENGINE=openai over `urls`, and its admin, logged in."""
     folder.mkdir(parents=True, exist_ok=True)
-    with throwaway_database("sqlite", folder) as url:
+    with migrated_database("sqlite", folder) as url:
         env = remote_env(urls, url, folder, **overrides)
         with running_server(env, folder / "server.log") as live:
             admin = PageClient(live.url)

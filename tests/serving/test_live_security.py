@@ -22,13 +22,13 @@ import httpx
 import pytest
 import redis
 
+from tests.live_databases import migrated_database
 from tests.live_server import (
     TEST_PASSWORD,
     LiveServer,
     PageClient,
     running_server,
     server_env,
-    throwaway_database,
 )
 from tests.serving.conftest import PooledServer, unique_email
 
@@ -196,7 +196,7 @@ def test_concurrent_first_sign_ups_on_an_empty_database_make_one_admin(
     for round_ in range(3):
         directory = module_dir / f"first-admin-{round_}"
         directory.mkdir()
-        with throwaway_database(backend, directory) as url:
+        with migrated_database(backend, directory) as url:
             env = server_env("synthetic", url, directory)
             with running_server(env, directory / "server.log") as fresh:
                 emails = [unique_email(f"first{i}") for i in range(4)]

@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.web.session_store import redis_client
+from tests.live_databases import migrated_database
 from tests.live_server import (
     TEST_PASSWORD,
     LiveServer,
@@ -40,7 +41,6 @@ from tests.live_server import (
     free_port,
     running_server,
     server_env,
-    throwaway_database,
 )
 
 MESSAGE = "the session store is unreachable"
@@ -93,7 +93,7 @@ def redis_server(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 @pytest.fixture
 def shared_store_server(redis_server: PrivateRedis, tmp_path: Path) -> Iterator[LiveServer]:
-    with throwaway_database("sqlite", tmp_path) as url:
+    with migrated_database("sqlite", tmp_path) as url:
         env = server_env("synthetic", url, tmp_path, SESSION_STORE_URL=redis_server.url)
         with running_server(env, tmp_path / "server.log") as live:
             yield live

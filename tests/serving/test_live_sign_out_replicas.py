@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.live_databases import migrated_database
 from tests.live_server import LiveServer, PageClient, running_server, server_env
-from tests.live_server import throwaway_database as live_database
 from tests.serving.sign_out_pages import event_stream, socket_page
 from tests.serving.test_live_sign_out import AT_ONCE_S, EFFECTIVE_S, send_on, stored
 
@@ -25,7 +25,7 @@ from tests.serving.test_live_sign_out import AT_ONCE_S, EFFECTIVE_S, send_on, st
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, LiveServer]]:
     directory = tmp_path_factory.mktemp("sign-out-replicas")
-    with live_database("postgresql", directory) as url:
+    with migrated_database("postgresql", directory) as url:
 
         def env(replica: str) -> dict[str, str]:
             return server_env(

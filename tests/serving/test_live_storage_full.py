@@ -33,12 +33,12 @@ import asyncpg
 import httpx
 
 from app.db.storage import FULL, READ_ONLY
+from tests.live_databases import migrated_database
 from tests.live_server import (
     LiveServer,
     PageClient,
     running_server,
     server_env,
-    throwaway_database,
 )
 from tests.serving.db_faults import _asyncpg_dsn
 from tests.serving.test_live_db_stall import ReplyReader
@@ -151,7 +151,7 @@ def signed_up(live: LiveServer) -> tuple[PageClient, str]:
 
 def test_sqlite_on_a_full_volume_refuses_clearly_and_recovers(tmp_path: Path) -> None:
     with small_volume(tmp_path / "volume") as volume:
-        with throwaway_database("sqlite", volume) as url, server_for(url, tmp_path) as live:
+        with migrated_database("sqlite", volume) as url, server_for(url, tmp_path) as live:
             alice, key = signed_up(live)
             try:
                 assert wait_ready(live).json()["database"] == "ok"
@@ -197,7 +197,7 @@ def read_only(url: str, on: bool) -> None:
 
 
 def test_postgresql_refusing_writes_is_a_clear_503_and_recovers(tmp_path: Path) -> None:
-    with throwaway_database("postgresql", tmp_path) as url, server_for(url, tmp_path) as live:
+    with migrated_database("postgresql", tmp_path) as url, server_for(url, tmp_path) as live:
         alice, key = signed_up(live)
         try:
             existing = alice.new_conversation()

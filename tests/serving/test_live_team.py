@@ -16,13 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.live_databases import migrated_database
 from tests.live_server import (
     TEST_PASSWORD,
     LiveServer,
     PageClient,
     running_server,
     server_env,
-    throwaway_database,
 )
 
 EFFECTIVE_S = 1.5  # the access cache re-reads an account at most once a second
@@ -31,7 +31,7 @@ ROUNDS = 4  # each race is run this many times: a lost race shows up as two winn
 
 @pytest.fixture(scope="module")
 def server(module_dir: Path, backend: str) -> Iterator[LiveServer]:
-    with throwaway_database(backend, module_dir / "team") as url:
+    with migrated_database(backend, module_dir / "team") as url:
         env = server_env("synthetic", url, module_dir, SIGNUP_MODE="approval")
         with running_server(env, module_dir / "team-server.log") as live:
             yield live

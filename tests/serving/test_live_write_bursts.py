@@ -14,13 +14,14 @@ import asyncio
 import multiprocessing
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 from tests.live_server import LiveServer, PageClient, read_stream
+from tests.serving.conftest import unique_email
 
 T = TypeVar("T")
 ROWS = 10  # conversations renamed, replies rated, conversations given settings
@@ -32,6 +33,16 @@ OTHER_USER_BOUND_S = 2.0
 @pytest.fixture(scope="module")
 def engine_kind() -> str:
     return "synthetic"
+
+
+@pytest.fixture
+def writer(server: LiveServer, alice: PageClient) -> Iterator[PageClient]:
+    """The user who bursts: a fresh one, since the burst leaves its account defaults changed
+    (the pooled server's alice is shared with other modules, which expect hers unset)."""
+    client = PageClient(server.url)
+    client.signup(unique_email("writer"))
+    yield client
+    client.close()
 
 
 def reply_in(client: PageClient, conversation: str) -> str:
@@ -109,18 +120,21 @@ def stored(client: PageClient, conversations: list[str], replies: list[str]) -> 
     return found
 
 
-def timed_creates(base_url: str, cookies: dict[str, str], stop: Any, out: Any) -> None:
-    """Another user's new conversations, one after another until `stop` is set (the latencies go
-    to `out`). In a process of its own: in the burst's process, the client's own event loop,
-    busy with 400 responses, would be what it measured."""
+def timed_creates(
+    base_url: str, cookies: dict[str, str], started: Any, stop: Any, out: Any
+) -> None:
+    """Another user's new conversations, one after another until `stop` is set (`started` once
+    the first is answered; the latencies go to `out`). In a process of its own: in the burst's
+    process, the client's own event loop, busy with 400 responses, would be what it measured."""
     latencies: list[float] = []
     headers = {"x-csrftoken": cookies["csrftoken"]}
     with httpx.Client(base_url=base_url, cookies=cookies, headers=headers) as http:
         while not stop.is_set() or len(latencies) < 3:
-            started = time.perf_counter()
+            sent = time.perf_counter()
             response = http.post("/api/conversations", json={})
-            latencies.append(time.perf_counter() - started)
+            latencies.append(time.perf_counter() - sent)
             response.raise_for_status()
+            started.set()
             time.sleep(0.05)
     out.put(latencies)
 
@@ -138,12 +152,14 @@ def while_another_user_creates(
     context = multiprocessing.get_context("spawn")
     results: list[list[float]] = []
     for during_burst in (False, True):
-        stop, out = context.Event(), context.Queue()
-        watcher = context.Process(target=timed_creates, args=(server.url, cookies, stop, out))
+        started, stop, out = context.Event(), context.Event(), context.Queue()
+        watcher = context.Process(
+            target=timed_creates, args=(server.url, cookies, started, stop, out)
+        )
         watcher.start()
         try:
             if during_burst:
-                time.sleep(1.0)  # the watcher's interpreter is up
+                assert started.wait(60), "the watcher made no request"
                 value = burst()
             stop.set()
             results.append(out.get(timeout=60))
@@ -153,14 +169,14 @@ def while_another_user_creates(
 
 
 def test_a_burst_of_writes_loses_nothing_and_answers_no_500(
-    server: LiveServer, backend: str, alice: PageClient, bob: PageClient
+    server: LiveServer, backend: str, writer: PageClient, bob: PageClient
 ) -> None:
-    conversations = [alice.new_conversation() for _ in range(ROWS)]
-    replies = [reply_in(alice, conversation) for conversation in conversations]
+    conversations = [writer.new_conversation() for _ in range(ROWS)]
+    replies = [reply_in(writer, conversation) for conversation in conversations]
     requests, written = burst_writes(conversations, replies)
 
     async def burst() -> list[httpx.Response]:
-        async with async_twin(alice, server.url) as http:
+        async with async_twin(writer, server.url) as http:
             return await run_burst(http, requests)
 
     answers, idle, during = while_another_user_creates(server, bob, lambda: asyncio.run(burst()))
@@ -175,28 +191,28 @@ def test_a_burst_of_writes_loses_nothing_and_answers_no_500(
     bad = [(r.request.method, r.request.url.path, r.status_code, r.text) for r in answers]
     assert statuses == {200: len(requests)}, [b for b in bad if b[2] != 200][:5]
 
-    now = stored(alice, conversations, replies)
+    now = stored(writer, conversations, replies)
     untouched = {""}  # the first conversation's settings: not written (its turn went to defaults)
     assert {k: v for k, v in now.items() if v not in written.get(k, untouched)} == {}
 
     # The last write, sent once the burst is answered, wins.
     final = "the very last"
-    alice.http.patch(
+    writer.http.patch(
         f"/api/conversations/{conversations[0]}",
         json={"title": final},
-        headers=alice.csrf_headers(),
+        headers=writer.csrf_headers(),
     ).raise_for_status()
-    alice.http.put(
+    writer.http.put(
         f"/api/messages/{replies[0]}/rating",
         json={"rating": "up", "comment": final},
-        headers=alice.csrf_headers(),
+        headers=writer.csrf_headers(),
     ).raise_for_status()
-    alice.http.put(
+    writer.http.put(
         f"/api/conversations/{conversations[1]}/settings",
         json={"system_prompt": final},
-        headers=alice.csrf_headers(),
+        headers=writer.csrf_headers(),
     ).raise_for_status()
-    after = stored(alice, conversations, replies)
+    after = stored(writer, conversations, replies)
     assert after[f"title {conversations[0]}"] == final
     assert after[f"rating {replies[0]}"] == f"up {final}"
     assert after[f"settings {conversations[1]}"] == final

@@ -7,6 +7,9 @@ In process, with the synthetic engine and the in-memory ledger (tests/streaming/
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from app.engine.base import SamplingParams
 from app.engine.synthetic.engine import SyntheticEngine
@@ -60,6 +63,30 @@ async def test_a_slow_save_releases_the_final_marked_unsaved_then_resume_says_sa
     _, _, later = split(await read_all(Subscriber(generation, transport="sse")))
     assert later is not None and later.saved is True
     assert later.status is final.status and later.id == final.id
+
+
+async def test_the_final_goes_out_when_its_timer_fires_even_a_hair_early(
+    manager: GenerationManager, ledger: MemoryLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvloop's timers (the server's loop) run on a millisecond clock and may fire up to ~1 ms
+    before `time.monotonic()` says their delay is up. The final-wait timer firing is what makes
+    the final due: before, an early one found it "not yet", the stream sent a heartbeat, and the
+    final waited for the next keepalive (15 s in the live stall tests)."""
+    loop = asyncio.get_running_loop()
+    call_later = loop.call_later
+
+    def early(delay: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        return call_later(max(0.0, delay - 0.002), *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_later", early)
+    ledger.gate.clear()
+    generation = await start_reply(manager, tokens=30, final_wait_s=0.05)
+    subscriber = Subscriber(generation, transport="sse")
+    events = await asyncio.wait_for(read_all(subscriber, keepalive_s=3600), 10)
+    _, _, final = split(events)
+    assert final is not None and final.saved is False
+    ledger.gate.set()
+    await generation.wait_done()
 
 
 async def test_a_failed_final_write_is_retried_until_saved(
