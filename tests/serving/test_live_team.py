@@ -232,7 +232,7 @@ def test_two_admins_demoting_each_other_at_the_same_moment_leave_one_admin(
     server: LiveServer, admin: PageClient
 ) -> None:
     """Two admins, the only ones, each take the other's role at once: one of them is refused
-    (409), and one admin remains. Then the remaining admin gives the module's admin back its role."""
+    (409, or 403 when the other's demotion landed first), and one admin remains. Then the remaining admin gives the module's admin back its role."""
     me = admin.http.get("/api/me").json()["id"]
     pair: list[tuple[PageClient, str]] = []
     for name in ("ann", "ben"):
@@ -256,7 +256,10 @@ def test_two_admins_demoting_each_other_at_the_same_moment_leave_one_admin(
     for _ in range(ROUNDS):
         answers = at_once(demote(ann, ben_id), demote(ben, ann_id))
         codes = sorted(a.status_code for a in answers)
-        assert codes == [200, 409], [a.text for a in answers]
+        # 409: both passed the admin guard and the database refused the second demotion (the
+        # last admin); 403: one demotion landed before the other request reached the guard (a
+        # busy machine serialises them), so its sender was no longer an admin. Never two 200s.
+        assert codes in ([200, 409], [200, 403]), [a.text for a in answers]
         winner, loser_id = (ann, ben_id) if answers[0].status_code == 200 else (ben, ann_id)
         assert admins(winner) == [winner.email]
         winner.http.put(
