@@ -143,9 +143,10 @@ class Settings:
     # Connections one process keeps to the database, and how many more it may open while those are
     # all taken (closed again when handed back; a request waits 30 s at most for one, then gets
     # a 503). A burst of sends queues here: each holds its connection for its few round trips
-    # (app/db/engine.py). Keep the sum, times the replicas, under PostgreSQL's max_connections
-    # (100 by default).
-    database_pool_size: Annotated[int, msgspec.Meta(ge=1)] = env("DATABASE_POOL_SIZE", 20)
+    # (app/db/engine.py), so 20 in all keep ahead of one event loop's set-ups unless the
+    # database is far away. Keep the sum, times the replicas, under PostgreSQL's
+    # max_connections (100 by default).
+    database_pool_size: Annotated[int, msgspec.Meta(ge=1)] = env("DATABASE_POOL_SIZE", 10)
     database_max_overflow: Annotated[int, msgspec.Meta(ge=0)] = env("DATABASE_MAX_OVERFLOW", 10)
     # A pooled connection older than this is closed and opened again at its next check-out
     # (no check-out pings the server: a connection found dead is replaced then, app/db/engine.py)
