@@ -148,8 +148,9 @@ class Settings:
     # max_connections (100 by default).
     database_pool_size: Annotated[int, msgspec.Meta(ge=1)] = env("DATABASE_POOL_SIZE", 10)
     database_max_overflow: Annotated[int, msgspec.Meta(ge=0)] = env("DATABASE_MAX_OVERFLOW", 10)
-    # A pooled connection older than this is closed and opened again at its next check-out
-    # (no check-out pings the server: a connection found dead is replaced then, app/db/engine.py)
+    # A pooled connection older than this is closed and opened again at its next check-out (no
+    # check-out pings the server: app/db/engine.py). Below a proxy's or firewall's idle timeout,
+    # no connection it dropped silently is used again (one idle that long is older than this).
     database_pool_recycle_s: Annotated[float, msgspec.Meta(gt=0)] = env(
         "DATABASE_POOL_RECYCLE_S", 1800.0
     )

@@ -113,11 +113,11 @@ class NextTurn:
 
 
 # One statement for all of it: the user (still there? their token quotas), the conversation (if it
-# is theirs), its settings row (if any) and its messages, one row per message (one row with NULL message columns
-# when it has none; no row at all when the user is gone). Built once, with the ids as bound
-# parameters. Plain columns, not ORM objects: nothing read here is changed or kept, and rows load
-# for less. They carry the attributes `Tree`, `_as_chat` and `as_said` read (id, parent_id,
-# created_at, role, status, content, token_count, window_start_id).
+# is theirs), its settings row (if any) and its messages, one row per message (one row with NULL
+# message columns when it has none; no row at all when the user is gone). Built once, with the ids
+# as bound parameters. Plain columns, not ORM objects: nothing read here is changed or kept, and
+# rows load for less. They carry the attributes `Tree`, `_as_chat` and `as_said` read (id,
+# parent_id, created_at, role, status, content, token_count, window_start_id).
 _NEXT_TURN = (
     select(
         User.quota_tokens_per_day,
