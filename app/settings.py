@@ -145,6 +145,20 @@ class Settings:
     database_busy_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = env(
         "DATABASE_BUSY_TIMEOUT_S", 5.0
     )
+    # Connections one process keeps to the database, and how many more it may open while those are
+    # all taken (closed again when handed back; a request waits 30 s at most for one, then gets
+    # a 503). A burst of sends queues here: each holds its connection for its few round trips
+    # (app/db/engine.py), so 20 in all keep ahead of one event loop's set-ups unless the
+    # database is far away. Keep the sum, times the replicas, under PostgreSQL's
+    # max_connections (100 by default).
+    database_pool_size: Annotated[int, msgspec.Meta(ge=1)] = env("DATABASE_POOL_SIZE", 10)
+    database_max_overflow: Annotated[int, msgspec.Meta(ge=0)] = env("DATABASE_MAX_OVERFLOW", 10)
+    # A pooled connection older than this is closed and opened again at its next check-out (no
+    # check-out pings the server: app/db/engine.py). Below a proxy's or firewall's idle timeout,
+    # no connection it dropped silently is used again (one idle that long is older than this).
+    database_pool_recycle_s: Annotated[float, msgspec.Meta(gt=0)] = env(
+        "DATABASE_POOL_RECYCLE_S", 1800.0
+    )
     secret_key: str = env("SECRET_KEY", default_factory=lambda: secrets.token_hex(32))
     keepalive_s: float = env("KEEPALIVE_S", 15.0)  # SSE comment / WS ping when a stream is idle
     # How long a page reply waits for its client to resume

@@ -2,7 +2,7 @@
 
     /work/venv/bin/python bench/serving_overhead.py [--levels 64,256] [--tokens 100]
         [--llama-levels 1,8] [--llama-max-tokens 32] [--skip-llama] [--database-url URL]
-        [--profile DIR]
+        [--profile DIR [--profile-seconds S]]
 
 The server runs in its own process (uvicorn, exactly as `scripts/serve` starts it: uvloop and
 httptools when installed); this process is the load generator: one asyncio httpx client (on uvloop
@@ -32,7 +32,14 @@ one stream's.
 
 With `--profile DIR`, py-spy samples the server during the largest synthetic level (that level's
 figures then include py-spy's cost) and the hottest functions, by own time and inclusive, are
-printed; the raw collapsed stacks are kept in DIR.
+printed; the raw collapsed stacks are kept in DIR. `--profile-seconds S` samples only the burst's
+first S seconds, where the streams' set-ups are.
+
+Each level also prints the burst's set-up: the time from the first request to the last response
+headers, the server's CPU use over it (all threads and the loop's thread; 1.00 = one core), how
+long its threads waited for a CPU (runq, s per s: the machine's other load) and the loop's CPU per
+stream. Use plus runq near 1 means the set-ups were CPU-bound; well under 1, they waited on
+something else (the database, the pool).
 
 The database is a fresh SQLite file in a temporary folder unless `--database-url` names another
 (e.g. postgresql://user:pw@host/db: migrated, and a fresh user signs up; not cleaned afterwards).
@@ -72,6 +79,7 @@ sys.path.insert(0, str(ROOT))
 from tests.live_server import LiveServer  # noqa: E402
 
 PASSWORD = "bench password 1234"
+PROFILE_S = 0  # --profile-seconds
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TOPICS = (
     "a lighthouse keeper",
@@ -597,6 +605,7 @@ class ProcSampler(threading.Thread):
         self.pid = pid
         self.period_s = period_s
         self.samples: list[tuple[float, float, float, float]] = []  # (wall, cpu, loop cpu, rss MB)
+        self.runq: list[tuple[float, float]] = []  # (wall, s waited for a CPU: proc_runq_wait_s)
         self._stop_event = threading.Event()
 
     def sample(self) -> tuple[float, float, float, float]:
@@ -608,6 +617,7 @@ class ProcSampler(threading.Thread):
                 proc_rss_mb(self.pid),
             )
             self.samples.append(s)
+            self.runq.append((s[0], proc_runq_wait_s(self.pid)))
             return s
         return (time.time(), float("nan"), float("nan"), float("nan"))
 
@@ -627,6 +637,12 @@ class ProcSampler(threading.Thread):
                 f = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 0.0
                 return a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2])
         return float("nan"), float("nan")
+
+    def runq_at(self, t: float) -> float:
+        for (ta, a), (tb, b) in itertools.pairwise(self.runq):
+            if ta <= t <= tb:
+                return a + ((t - ta) / (tb - ta) if tb > ta else 0.0) * (b - a)
+        return float("nan")
 
 
 async def loop_lag(out: list[float], stop: asyncio.Event, period_s: float = 0.01) -> None:
@@ -672,6 +688,20 @@ class LevelReport:
         return sum(
             int((r.final or {}).get("usage", {}).get("completion_tokens", 0)) for r in self.ok
         )
+
+    def setup_util(self) -> tuple[float, float, float, float] | None:
+        """The burst's set-up, from the first request sent to the last response headers: its
+        length (s), the server's CPU use over it (all threads, the loop's thread; 1.00 = one
+        core) and its threads' wait for a CPU (s per s). CPU use well under 1 with little CPU
+        wait while streams still wait for their headers: they wait on something else."""
+        sent = [r.sent_at for r in self.results]
+        heads = [r.headers_at for r in self.results if r.headers_at]
+        if not sent or not heads:
+            return None
+        a, b = min(sent), max(heads)
+        (c0, l0), (c1, l1) = self.sampler.cpu_at(a), self.sampler.cpu_at(b)
+        runq = self.sampler.runq_at(b) - self.sampler.runq_at(a)
+        return b - a, (c1 - c0) / (b - a), (l1 - l0) / (b - a), runq / (b - a)
 
     def steady_window(self) -> tuple[float, float] | None:
         """From the last stream's first delta to the first stream's last delta: all streaming."""
@@ -737,6 +767,7 @@ async def run_level(
             "--format",
             "raw",
             "--nonblocking",
+            *(["--duration", str(1 + PROFILE_S)] if PROFILE_S else []),
             "--output",
             str(profile_out),
             stdout=subprocess.DEVNULL,
@@ -764,7 +795,8 @@ async def run_level(
     stop_lag.set()
     await lag_task
     if profiler is not None:
-        profiler.send_signal(signal.SIGINT)
+        with contextlib.suppress(ProcessLookupError):  # ended by itself (PROFILE_S)
+            profiler.send_signal(signal.SIGINT)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(profiler.wait(), 30)
     db = await stored_replies(database_url, [r.message_id for r in results if r.message_id])
@@ -832,6 +864,18 @@ def report_level(rep: LevelReport) -> list[list[str]]:
             "-",
         ]
     )
+    setup = rep.setup_util()
+    if setup is not None:
+        rows.append(
+            [
+                "set-up: s to last headers; srv/loop util, runq; loop ms/stream",
+                f"{setup[0]:.2f} s; {setup[1]:.2f}/{setup[2]:.2f}, {setup[3]:.2f}; "
+                f"{setup[0] * setup[2] / rep.streams * 1000:.2f}",
+                "-",
+                "-",
+                "-",
+            ]
+        )
     first, last = [], []
     for r in ok:
         stored = rep.db.get(r.message_id or "")
@@ -1051,6 +1095,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile", type=Path, default=None, metavar="DIR", help="py-spy the largest level"
     )
     p.add_argument(
+        "--profile-seconds",
+        type=int,
+        default=0,
+        metavar="S",
+        help="profile only the burst's first S seconds (its set-up); 0: the whole level",
+    )
+    p.add_argument(
         "--server-env",
         action="append",
         default=[],
@@ -1072,6 +1123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-serving-"))
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
+    global PROFILE_S
+    PROFILE_S = args.profile_seconds
     print(
         f"work folder {work}; {os.cpu_count()} CPUs; server: uvicorn ({loop_name()}, httptools) "
         f"in its own process; client: this process ({loop_name()})"

@@ -49,7 +49,8 @@ from playwright.sync_api import Browser, Locator, Page, Response, expect
 
 from e2e.conftest import E2E_ENV, User, _signed_up
 from e2e.helpers import ChatPage, api_json, in_thread
-from tests.live_server import LiveServer, server_env, throwaway_database
+from tests.live_databases import migrated_database
+from tests.live_server import LiveServer, server_env
 
 CONTEXT = 1024
 REPLY = 200
@@ -213,10 +214,10 @@ def postgres_server(
     conversations run at once, one llama.cpp thread each, so the two backends take one's time."""
     folder = module_dir / "postgresql"
     folder.mkdir()
-    manager = throwaway_database("postgresql", folder)
+    manager = migrated_database("postgresql", folder)
     url = in_thread(manager.__enter__)
     env = server_env("llamacpp", url, folder, **{**E2E_ENV, **server_env_overrides})
-    live = LiveServer(env, folder / "server.log")
+    live = LiveServer(env, folder / "server.log", migrate=False)
     try:
         yield live.start()
     finally:

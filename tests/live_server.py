@@ -67,6 +67,9 @@ BASE_ENV = {
     # (and anything else on the machine) and decoding slows down by an order of magnitude.
     "ENGINE_THREADS": "1",
     "ENGINE_KV_CELLS": "8192",
+    # The live tier keeps dozens of servers up at once on one PostgreSQL (max_connections 100):
+    # each keeps few idle connections (more open while a burst needs them, closed after).
+    "DATABASE_POOL_SIZE": "2",
     # Every test client signs up from 127.0.0.1: far more than the default 10 an hour.
     "SIGNUP_MAX_PER_ADDRESS": "10000",
     # Tests sign up many users who chat at once; the sign-up modes' own tests set theirs.

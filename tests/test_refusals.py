@@ -17,6 +17,7 @@ from litestar.exceptions import (
 )
 from litestar.testing import TestClient
 
+from app.db.session import BUSY, DatabaseDisconnectedError, PoolTimeoutError
 from app.domain.accounts.ratelimit import TooManyAttemptsError
 from app.domain.chat.conversations.store import ConversationNotFoundError
 from app.domain.chat.replies.rows import NotRegenerableError
@@ -46,6 +47,8 @@ CASES = {
     "regenerate": (NotRegenerableError("only the latest"), 409, "only the latest"),
     "busy": (TooManyRepliesError(8), 429, str(TooManyRepliesError(8))),
     "down": (UnavailableError("shutting down"), 503, "shutting down"),
+    "pool": (PoolTimeoutError("QueuePool limit of size 10 overflow 10 reached"), 503, BUSY),
+    "lost": (DatabaseDisconnectedError(), 503, str(DatabaseDisconnectedError())),
     "engine": (EngineRefusedError("prompt too long"), 400, "prompt too long"),
     "input": (InvalidInputError("bad value"), 400, "bad value"),
     "field": (

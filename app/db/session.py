@@ -8,7 +8,8 @@ with.
 
 A database that stays locked (SQLite's busy timeout run out; PostgreSQL's lock, deadlock or
 serialization failures; no pooled connection free in time) is `DatabaseBusyError`, which clients get as a 503 with Retry-After
-(app/domain/refusals.py), not a 500.
+(app/domain/refusals.py), not a 500; so is a connection that died under a statement
+(`DatabaseDisconnectedError`, raised by the engine: app/db/engine.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError  # re-exported: refusals.py
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -39,6 +40,14 @@ class DatabaseBusyError(Exception):
     """The database stayed locked by other writers past its wait: try again shortly."""
 
     retry_after_s = 1
+
+
+class DatabaseDisconnectedError(DatabaseBusyError):
+    """The connection was lost mid-statement (the server restarted, failed over, or ended the
+    session): the pool has let it go; the next try gets a fresh one."""
+
+    def __init__(self) -> None:
+        super().__init__("the connection to the database was lost: try again in a moment")
 
 
 def is_busy(error: DBAPIError) -> bool:

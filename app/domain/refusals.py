@@ -26,16 +26,23 @@ from litestar.exceptions import (
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.status_codes import HTTP_409_CONFLICT
 
-from app.db.session import DatabaseBusyError
+from app.db.session import BUSY, DatabaseBusyError, PoolTimeoutError
 from app.db.storage import StorageRefusedError
 from app.domain.errors import DomainError
 
-DOMAIN_ERRORS: tuple[type[Exception], ...] = (DomainError, DatabaseBusyError, StorageRefusedError)
+DOMAIN_ERRORS: tuple[type[Exception], ...] = (
+    DomainError,
+    DatabaseBusyError,
+    PoolTimeoutError,
+    StorageRefusedError,
+)
 """The classes the transports install their handlers for: Litestar finds a handler by walking the
 error's MRO (`get_exception_handler`, litestar/middleware/_internal/exceptions/middleware.py).
 `DatabaseBusyError` is the database layer's (which knows nothing of clients): a database that
 stayed locked is the server's state, not a bug, so a 503 that says when to try again; so is
-`StorageRefusedError`, a database out of space or read-only (app/db/storage.py)."""
+SQLAlchemy's pool timeout (every pooled connection stayed taken, where no `transaction` turned
+it into DatabaseBusyError: a send's own session), and `StorageRefusedError`, a database out of
+space or read-only (app/db/storage.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,8 @@ def refusal_for(exc: BaseException) -> Refusal | None:
         return Refusal(exc.status, exc.public_message, exc.headers)
     if isinstance(exc, DatabaseBusyError):
         return Refusal(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
+    if isinstance(exc, PoolTimeoutError):
+        return Refusal(503, BUSY, {"Retry-After": str(DatabaseBusyError.retry_after_s)})
     if isinstance(exc, StorageRefusedError):
         return Refusal(503, str(exc), {"Retry-After": str(exc.retry_after_s)})
     return None

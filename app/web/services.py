@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db.broadcast import Broadcast, broadcast_for
 from app.db.cancel_channel import CancelChannel, cancel_channel_for
 from app.db.engine import create_engine as create_db_engine
-from app.db.engine import make_sessionmaker
+from app.db.engine import make_sessionmaker, pool_options
 from app.db.session import Sessions
 from app.db.storage import StorageHealth, watch_storage
 from app.domain.accounts.access import AccessCache
@@ -59,7 +59,13 @@ class Services:
     @classmethod
     def build(cls, settings: Settings, engine: Engine | None = None) -> Services:
         db_engine = create_db_engine(
-            settings.database_url, busy_timeout_s=settings.database_busy_timeout_s
+            settings.database_url,
+            busy_timeout_s=settings.database_busy_timeout_s,
+            **pool_options(
+                settings.database_pool_size,
+                settings.database_max_overflow,
+                settings.database_pool_recycle_s,
+            ),
         )
         sessions = make_sessionmaker(db_engine)
         storage = StorageHealth(settings.database_url, on_change=metrics.storage_changed)

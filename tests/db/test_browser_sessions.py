@@ -1,19 +1,22 @@
 """The list of each user's sessions, on real SQLite and PostgreSQL
 (app/domain/accounts/browser_sessions.py): rows made at log-in, ended one by one or all but one,
 dead rows left out of the list and cleared at the next log-in, and the per-process check that
-drops a session whose row is gone."""
+drops a session whose row is gone (and, with the account check, reads each row once for a burst
+of requests that miss together)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import event, update
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.base import utcnow
 from app.domain.accounts import browser_sessions, passwords
 from app.domain.accounts import service as accounts
+from app.domain.accounts.access import AccessCache
 from app.domain.accounts.models import BrowserSession, User
 from app.domain.accounts.user_agents import browser_name
 
@@ -112,6 +115,35 @@ async def test_a_session_whose_row_is_gone_is_dropped(
     now[0] = 1.5
     assert not await live.alive(row)
     await live.close()
+
+
+async def test_a_burst_that_misses_the_checks_together_reads_each_row_once(
+    db_engine: AsyncEngine, db_sessions: Sessions, make_user: MakeUser
+) -> None:
+    """A burst of one session's requests finds both per-request checks expired at once: one
+    read of the account's row and one of the session's, not one per request."""
+    user = await make_user()
+    row = await browser_sessions.start(db_sessions, user, CHROME, "192.0.2.1")
+    live = browser_sessions.LiveSessions(db_sessions, ttl_s=1.0)
+    access = AccessCache(db_sessions, ttl_s=1.0)
+    selects: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            selects.append(statement)
+
+    event.listen(db_engine.sync_engine, "before_cursor_execute", count)
+    answers = await asyncio.gather(
+        *(live.alive(row) for _ in range(50)), *(access.get(user.id) for _ in range(50))
+    )
+    assert answers[:50] == [True] * 50
+    assert {a.epoch for a in answers[50:] if a is not None} == {user.session_epoch}
+    assert len(selects) == 2, selects
+    access.forget(user.id)  # after a change: the next one reads again
+    await access.get(user.id)
+    assert len(selects) == 3
+    await live.close()
+    await access.close()
 
 
 def test_browser_names() -> None:

@@ -11,13 +11,15 @@ from datetime import UTC, date, datetime, timedelta
 
 import msgspec
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.cancel_channel import LocalCancelChannel
 from app.db.session import transaction
 from app.domain.accounts import audit, management
 from app.domain.accounts.models import AuditEntry, User
 from app.domain.chat.conversations import store as conversations
+from app.domain.chat.prompts import turns as prompts
 from app.domain.chat.replies.ledger import DatabaseLedger
 from app.domain.errors import InvalidInputError
 from app.domain.quotas import counter, overrides
@@ -224,3 +226,39 @@ async def test_a_sends_reservation_commits_or_rolls_back_with_its_turn(
     async with db_sessions() as session:  # used up: refused before the engine is asked
         with pytest.raises(QuotaExceededError):
             await quotas.admit(user.id, 1, persist, session)
+
+
+async def test_a_send_reads_no_usage_when_no_limit_applies(
+    db_engine: AsyncEngine,
+    db_sessions: Sessions,
+    make_user: Callable[..., Awaitable[User]],
+) -> None:
+    """The send's own query reads the user's overrides (`next_turn`); with neither they nor the
+    defaults setting a limit, `admit` makes no query at all. A limit from either is still read
+    and enforced."""
+    user = await make_user()
+    conversation = await conversations.create_conversation(db_sessions, user.id, "c")
+    async with db_sessions() as session:
+        turn = await prompts.next_turn(session, user.id, conversation.id)
+    assert turn.quota_overrides == (None, None)
+    statements: list[str] = []
+    event.listen(db_engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+
+    async def persist(request_id: str) -> ReplyRows:
+        return ReplyRows("m", "c", "q")
+
+    unlimited = Quotas(db_sessions, Limits(per_day=0, per_month=0))
+    async with db_sessions() as session:
+        admitted = await unlimited.admit(user.id, 70, persist, session, turn.quota_overrides)
+        await admitted.persist("r")
+    assert statements == []
+    assert admitted.reservation is not None and admitted.reservation.tokens == 0
+
+    await overrides.set_limits(db_sessions, ADMIN, user.id, 50, None)
+    async with transaction(db_sessions) as session:
+        await counter.add(session, [{"user": user.id, "day": today(), "delta": 60}])
+    async with db_sessions() as session:
+        turn = await prompts.next_turn(session, user.id, conversation.id)
+        assert turn.quota_overrides == (50, None)
+        with pytest.raises(QuotaExceededError):  # the override's limit, used up
+            await unlimited.admit(user.id, 1, persist, session, turn.quota_overrides)

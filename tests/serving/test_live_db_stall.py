@@ -178,9 +178,11 @@ def test_a_write_lock_across_the_end_of_a_reply_loses_nothing(
 
         time.sleep(max(0.0, ended_at + DOWN_AFTER_END_S["sqlite"] - time.monotonic()))
         assert stored_row(live_database_url, message_id)["status"] == "streaming"
-        if backend == "sqlite":  # each attempt waits the busy timeout, then fails
+        if backend == "sqlite":  # each attempt waits the busy timeout, then fails; it may
+            # first wait for the flusher's attempt to fail (this process's writers take turns:
+            # app/db/sqlite_gate.py), so an attempt takes 5 to 10 s here
             failed = metric(alice, "streamchat_final_save_failures_total") - failures_before
-            assert failed >= 3, failed
+            assert failed >= 2, failed
 
     stored = alice.wait_final(reply.conversation, message_id, timeout_s=30)
     assert stored["status"] == "completed"

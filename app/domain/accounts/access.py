@@ -5,7 +5,8 @@ deleting, resetting the password or "log out everywhere" changes the account's r
 a raised `session_epoch`); the session middleware asks this cache on each request and drops a
 session that no longer matches. The cache reads a user's row at most once per `ttl_s` per process,
 so a change takes effect on every replica within that time with no message between them, at the
-cost of one primary-key read per active user and second (not one per request).
+cost of one primary-key read per active user and second (not one per request: requests that miss
+together share one read, shared_reads.py).
 
 `last_seen_at` is written from here too, at most once per LAST_SEEN_RESOLUTION, in a task of its
 own: a request never waits for a write (SQLite's write lock may be held for seconds).
@@ -26,6 +27,7 @@ from sqlalchemy import select, update
 from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.accounts.models import User, UserState
+from app.domain.accounts.shared_reads import SharedReads
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class AccessCache:
         self.ttl_s = ttl_s
         self.clock = clock
         self._entries: dict[UUID, _Entry] = {}
+        self._reads: SharedReads[UUID, Access | None] = SharedReads()
         self._writes: set[asyncio.Task[None]] = set()
 
     async def get(self, user_id: UUID) -> Access | None:
@@ -64,12 +67,15 @@ class AccessCache:
         if entry is not None and now - entry.read_at < self.ttl_s:
             return entry.access
         try:
-            access, last_seen = await self._read(user_id)
+            return await self._reads.read(user_id, lambda: self._refresh(user_id, now))
         except Exception:
             if entry is None:
                 raise
             log.warning("access check: the database could not be read; last answer kept")
             return entry.access
+
+    async def _refresh(self, user_id: UUID, now: float) -> Access | None:
+        access, last_seen = await self._read(user_id)
         if len(self._entries) >= MAX_ENTRIES:
             self._drop_expired(now)
         self._entries[user_id] = _Entry(access, now)
@@ -82,6 +88,7 @@ class AccessCache:
     def forget(self, user_id: UUID) -> None:
         """Read the row again on the next request (after a change made by this process)."""
         self._entries.pop(user_id, None)
+        self._reads.forget(user_id)
 
     async def _read(self, user_id: UUID) -> tuple[Access | None, datetime | None]:
         async with transaction(self.sessions) as session:

@@ -28,6 +28,7 @@ from app.db.base import utcnow
 from app.db.session import Sessions, transaction
 from app.domain.accounts import passwords
 from app.domain.accounts.models import BrowserSession, User
+from app.domain.accounts.shared_reads import SharedReads
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class LiveSessions:
         self.ttl_s = ttl_s
         self.clock = clock
         self._entries: dict[UUID, tuple[bool, float]] = {}
+        self._reads: SharedReads[UUID, bool] = SharedReads()  # concurrent misses read once
         self._writes: set[asyncio.Task[None]] = set()
 
     async def alive(self, session_id: UUID) -> bool:
@@ -139,13 +141,16 @@ class LiveSessions:
         if entry is not None and now - entry[1] < self.ttl_s:
             return entry[0]
         try:
-            async with transaction(self.sessions) as session:
-                last_seen = await session.scalar(
-                    select(BrowserSession.last_seen_at).where(BrowserSession.id == session_id)
-                )
+            return await self._reads.read(session_id, lambda: self._refresh(session_id, now))
         except Exception:
             log.warning("session check: the database could not be read; last answer kept")
             return entry[0] if entry is not None else True
+
+    async def _refresh(self, session_id: UUID, now: float) -> bool:
+        async with transaction(self.sessions) as session:
+            last_seen = await session.scalar(
+                select(BrowserSession.last_seen_at).where(BrowserSession.id == session_id)
+            )
         if len(self._entries) >= MAX_ENTRIES:
             self._entries = {k: v for k, v in self._entries.items() if now - v[1] < self.ttl_s}
         self._entries[session_id] = (last_seen is not None, now)
@@ -157,6 +162,7 @@ class LiveSessions:
 
     def forget(self, session_id: UUID) -> None:
         self._entries.pop(session_id, None)
+        self._reads.forget(session_id)
 
     async def _touch(self, session_id: UUID) -> None:
         try:

@@ -74,6 +74,10 @@ class QuotaExceededError(DomainError):
         return {"Retry-After": str(self.retry_after_s)}
 
 
+Overrides = tuple[int | None, int | None]
+"""A user's own limits per day and per month, as their row holds them (None: the default)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     per_day: int  # 0: no limit
@@ -152,7 +156,8 @@ class Admission:
 
     user_id: UUID
     now: datetime
-    state: QuotaStatus | None  # None: no such user (the send's own query says so)
+    # None: nothing to reserve (no limit in force, or no such user: the send's own query says so)
+    state: QuotaStatus | None
 
 
 @dataclass(slots=True)
@@ -218,10 +223,16 @@ class Quotas:
             _start_of_next_month(today),
         )
 
-    async def check(self, session: AsyncSession, user_id: UUID) -> Admission:
+    async def check(
+        self, session: AsyncSession, user_id: UUID, overrides: Overrides | None = None
+    ) -> Admission:
         """The one read before a reply starts: raises QuotaExceededError once the user's day or
-        month is used up."""
+        month is used up. Given the user's `overrides` (read with the caller's own query), no
+        read at all when neither they nor the defaults set a limit: there is nothing to check
+        or reserve (the reply's use is still counted at its end)."""
         now = self.clock()
+        if overrides is not None and not self.defaults.apply(*overrides).any:
+            return Admission(user_id, now, None)
         state = await self._state(session, user_id, now)
         if state is not None:
             _refuse_if_used_up(state, now)
@@ -257,17 +268,23 @@ class Quotas:
             return await self.take(session, admission, tokens)
 
     async def admit(
-        self, user_id: UUID, tokens: int, persist: Persist, session: AsyncSession | None = None
+        self,
+        user_id: UUID,
+        tokens: int,
+        persist: Persist,
+        session: AsyncSession | None = None,
+        overrides: Overrides | None = None,
     ) -> Admitted:
         """A reply about to start (ReplyService._launch): refused now if the quota is used up.
         With the caller's `session` (a send's: its transaction writes the turn), the reservation
         is taken in it, just before the turn's rows (`Admitted.persist`), so that it commits with
-        them or is rolled back with them, and no second connection is held. Without, it is taken
-        now in a transaction of its own (`Admitted.release` gives it back if the start fails)."""
+        them or is rolled back with them, and no second connection is held; `overrides`: the
+        user's, as that transaction read them (see `check`). Without, it is taken now in a
+        transaction of its own (`Admitted.release` gives it back if the start fails)."""
         if session is None:
             return Admitted(self, persist, await self.reserve(user_id, tokens))
         admitted = Admitted(self, persist, None, own_transaction=False)
-        admission = await self.check(session, user_id)
+        admission = await self.check(session, user_id, overrides)
 
         async def reserve_then_persist(request_id: str) -> ReplyRows:
             admitted.reservation = await self.take(session, admission, tokens)

@@ -94,6 +94,8 @@ class NextTurn:
     parent_id: UUID | None  # the branch's last message (None: the conversation is empty)
     said: list[Said]  # the same branch, as the context window fits it
     previous_start: UUID | None  # where its last reply's window began
+    # the user's own token quotas, day and month (None: the default), for Quotas.admit
+    quota_overrides: tuple[int | None, int | None] = (None, None)
 
     def branch(self, content: str, question_id: UUID) -> Branch:
         """The new turn's question after the branch on screen."""
@@ -110,14 +112,16 @@ class NextTurn:
         return with_system_prompt(self.settings.system_prompt, turn)
 
 
-# One statement for all of it: the user (still there?), the conversation (if it is theirs), its
-# settings row (if any) and its messages, one row per message (one row with NULL message columns
-# when it has none; no row at all when the user is gone). Built once, with the ids as bound
-# parameters. Plain columns, not ORM objects: nothing read here is changed or kept, and rows load
-# for less. They carry the attributes `Tree`, `_as_chat` and `as_said` read (id, parent_id,
-# created_at, role, status, content, token_count, window_start_id).
+# One statement for all of it: the user (still there? their token quotas), the conversation (if it
+# is theirs), its settings row (if any) and its messages, one row per message (one row with NULL
+# message columns when it has none; no row at all when the user is gone). Built once, with the ids
+# as bound parameters. Plain columns, not ORM objects: nothing read here is changed or kept, and
+# rows load for less. They carry the attributes `Tree`, `_as_chat` and `as_said` read (id,
+# parent_id, created_at, role, status, content, token_count, window_start_id).
 _NEXT_TURN = (
     select(
+        User.quota_tokens_per_day,
+        User.quota_tokens_per_month,
         Conversation.title,
         Conversation.source,
         Conversation.current_leaf_id,
@@ -169,6 +173,7 @@ async def next_turn(
         parent_id=path[-1].id if path else None,
         said=as_said(path),
         previous_start=previous_window(path),
+        quota_overrides=(head.quota_tokens_per_day, head.quota_tokens_per_month),
     )
 
 

@@ -5,12 +5,11 @@ the engine validates the prompt first (a prompt over the context is refused befo
 exists), then the user message and the `streaming` assistant row are written in one transaction,
 and only then does the reply start pumping. If the write fails, the engine request is aborted.
 
-A send is one transaction from its first read to that write (`send`): one query reads the user,
-the conversation, its settings and the branch on screen, the engine checks the prompt, two
-statements write the turn. Every request's set-up runs on the one event loop, so each round trip
+A send is one transaction from its first read to that write (`send`): one query reads the user
+(and their quotas: no second read when no limit applies), the conversation, its settings and the
+branch on screen, the engine checks the prompt, two statements write the turn. Each round trip
 saved is taken off the time-to-first-token of every request queued behind it in a burst
-(bench/setup_cost.py).
-"""
+(bench/setup_cost.py, bench/serving_overhead.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ from app.domain.chat.schemas import (
 )
 from app.domain.chat.settings import service as chat_settings
 from app.domain.errors import ContextLengthExceededError, EngineRefusedError, UnavailableError
-from app.domain.quotas.service import Quotas, reply_bound
+from app.domain.quotas.service import Overrides, Quotas, reply_bound
 from app.engine.base import EngineError, EngineUnavailableError, PromptTooLongError, SamplingParams
 from app.streaming.events import CancelCause, StreamEvent
 from app.streaming.generation import Generation
@@ -134,8 +133,8 @@ class ReplyService:
         start.
 
         One transaction, in `_launch`'s order: the conversation with its settings and the branch
-        on screen are read (one query, which also checks that the session's user still exists:
-        the route reads no user row of its own), the engine accepts the prompt, then the turn's
+        on screen are read (one query, which also checks that the session's user still exists
+        and reads their quotas), the engine accepts the prompt, then the turn's
         rows are written and committed in `write`, so that a failing commit aborts the engine
         request too. On SQLite the read takes no lock: Python's sqlite3 opens a transaction only
         before the first INSERT/UPDATE/DELETE (its default "legacy transaction control", which
@@ -166,9 +165,8 @@ class ReplyService:
                     self.push.publish(user_id, ConversationRenamed(str(conversation_id), title))
                 return _rows(reply, question.id)
 
-            source = str(turn.source)
-            messages = window.messages
-            generation = await self._launch(user_id, source, messages, params, write, session)
+            launch = (user_id, str(turn.source), window.messages, params, write, session)
+            generation = await self._launch(*launch, turn.quota_overrides)
         return self._from_start(generation, transport)
 
     async def regenerate(
@@ -305,11 +303,13 @@ class ReplyService:
         params: SamplingParams,
         persist: Persist,
         session: AsyncSession | None = None,
+        overrides: Overrides | None = None,
     ) -> Generation:
         """The manager starts the reply (`GenerationManager.start_reply`): the engine accepts the
         prompt (or EngineRefusedError is raised), then `persist(request_id)` writes the turn; a
         write that fails aborts the engine request, so nothing is left half-done on either side.
-        `session`: the one `persist` writes in, if any (the quota is reserved in it too)."""
+        `session`: the one `persist` writes in, if any (the quota is reserved in it too), where
+        the user's own quotas were read (`overrides`: no quota read when no limit applies)."""
         if not self.manager.accepting:
             raise UnavailableError("the server is shutting down: try again in a moment")
         grace_s = self.grace_by_source.get(source, 0.0)
@@ -318,7 +318,7 @@ class ReplyService:
             admitted = None
             if self.quotas is not None:  # may raise QuotaExceededError
                 bound = reply_bound(messages, params.max_tokens, self.manager.engine.context_size)
-                admitted = await self.quotas.admit(user_id, bound, persist, session)
+                admitted = await self.quotas.admit(user_id, bound, persist, session, overrides)
                 persist = admitted.persist
             try:
                 generation = await self.manager.start_reply(request, persist)
@@ -349,9 +349,7 @@ class ReplyService:
     def reply_events(
         self, reply: Generation | Message, *, transport: str, after: int, keepalive_s: float
     ) -> AsyncGenerator[StreamEvent | None, None]:
-        """Start, what was missed since offset `after`, then live deltas, then Final.
-
-        None means "nothing to say for keepalive_s": the transport sends a heartbeat.
+        """Start, what was missed since offset `after`, then live deltas, then Final. None means "nothing to say for keepalive_s": the transport sends a heartbeat.
         A reply that is not live here is read from the database (`ReplyPoller`): a finished one replays to
         its end; one still streaming elsewhere (another replica) is polled until it ends."""
         if isinstance(reply, Generation):

@@ -53,8 +53,9 @@ from app.domain.chat.websocket.frames import (
     event_frame,
     read_frame,
 )
-from app.domain.errors import DomainError, InvalidInputError, NotLoggedInError
+from app.domain.errors import InvalidInputError, NotLoggedInError
 from app.domain.json_input import BadJsonError
+from app.domain.refusals import refusal_for
 from app.streaming.push import PushChannel
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,12 @@ def same_origin(socket: WebSocket) -> bool:
 
 def rejection(exc: Exception, frame: object) -> tuple[str, int | None]:
     """The `rejected` frame's error and status for a frame that failed: the one place where the
-    WebSocket translates an error. A domain error carries both (app/domain/errors.py), as over
-    HTTP, a frame the socket could not read included; anything else is a bug, a 500."""
-    if isinstance(exc, DomainError):
-        return exc.public_message, exc.status
+    WebSocket translates an error. A refusal carries both (app/domain/refusals.py), as over
+    HTTP, a frame the socket could not read and a busy database included; anything else is a
+    bug, a 500."""
+    refusal = refusal_for(exc)
+    if refusal is not None:
+        return refusal.message, refusal.status
     log.error("the WebSocket request %r failed", frame, exc_info=exc)
     return "internal server error", 500
 
