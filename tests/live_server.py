@@ -80,6 +80,11 @@ BASE_ENV = {
 # ENGINE=trtllm over the FAKE tensorrt_llm (tests/fakes/tensorrt_llm/; TensorRT-LLM needs a GPU):
 # the server process imports it from PYTHONPATH. Its reply counts words up to max_tokens, one
 # executor iteration (a token) every 10 ms, slow enough to Stop mid-reply, fast enough to test.
+# uvicorn closes an idle keep-alive connection after 5 s (`--timeout-keep-alive`, config.py
+# `timeout_keep_alive`); httpx keeps one for 5 s too, so a request sent at that boundary meets a
+# closed socket ("Server disconnected without sending a response"). Clients let go first.
+CLIENT_LIMITS = httpx.Limits(keepalive_expiry=2.0)
+
 FAKE_TRTLLM_DIR = PROJECT_ROOT / "tests" / "fakes"
 
 
@@ -480,7 +485,9 @@ class PageClient:
 
     def __init__(self, base_url: str, *, timeout_s: float = 60.0) -> None:
         self.base_url = base_url
-        self.http = httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout_s))
+        self.http = httpx.Client(
+            base_url=base_url, timeout=httpx.Timeout(timeout_s), limits=CLIENT_LIMITS
+        )
         self.email: str | None = None
 
     def close(self) -> None:

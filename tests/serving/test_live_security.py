@@ -24,6 +24,7 @@ import redis
 
 from tests.live_databases import migrated_database
 from tests.live_server import (
+    CLIENT_LIMITS,
     TEST_PASSWORD,
     LiveServer,
     PageClient,
@@ -71,7 +72,7 @@ class Browser(PageClient):
             self.http = httpx.Client(
                 base_url=base_url,
                 timeout=httpx.Timeout(60.0),
-                transport=httpx.HTTPTransport(local_address=address),
+                transport=httpx.HTTPTransport(local_address=address, limits=CLIENT_LIMITS),
             )
 
     def me(self) -> httpx.Response:

@@ -564,11 +564,13 @@ class LLM:
         self.iteration += 1
         if self.fail_after is not None and self.iteration > self.fail_after:
             # py_executor.py _handle_errors: every active request gets an error response; the
-            # error also goes to the error queue, raised by the next submission
+            # error also goes to the error queue, raised by the next submission. Queued first, so
+            # a client that reads its error response and submits again meets it (put after, a
+            # fast client's next submission raced past it).
+            self._errors.append(RuntimeError("fake executor died: CUDA error"))
             for entry in self.active:
                 entry.result._put(_Response([], "", True, None, error="fake executor died"))
             self.active.clear()
-            self._errors.append(RuntimeError("fake executor died: CUDA error"))
             LLM.fail_after = None
             return
         while self.waiting and len(self.active) < self.args.max_batch_size:
