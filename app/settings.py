@@ -166,6 +166,11 @@ class Settings:
     api_grace_s: float = env("API_GRACE_S", 0.0)  # same for /v1: OpenAI clients never resume
     # A subscriber that takes nothing this long is gone
     client_deadline_s: float = env("CLIENT_DEADLINE_S", 30.0)
+    # When the event loop's thread is busy more than DELIVERY_LOOP_BUSY of the time, a client
+    # gets new text at most once per tick (up to DELIVERY_TICK_MAX_MS), merged: fewer, larger
+    # events, so one process keeps up with a GPU engine (app/streaming/pacing.py). 0: never.
+    delivery_tick_max_ms: Annotated[float, msgspec.Meta(ge=0)] = env("DELIVERY_TICK_MAX_MS", 100.0)
+    delivery_loop_busy: Annotated[float, msgspec.Meta(gt=0, le=1)] = env("DELIVERY_LOOP_BUSY", 0.8)
     # Partial text reaches the database at least this often
     flush_interval_s: float = env("FLUSH_INTERVAL_S", 1.0)
     # Names this process among replicas sharing one database

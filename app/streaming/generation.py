@@ -26,6 +26,7 @@ from app.streaming import metrics
 from app.streaming.events import CancelCause, Final, Start, Status
 
 if TYPE_CHECKING:
+    from app.streaming.pacing import DeliveryPacer
     from app.streaming.subscriber import Subscriber
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Generation:
         model: str,
         grace_s: float,
         final_wait_s: float = 5.0,
+        pacer: DeliveryPacer | None = None,
     ) -> None:
         self.message_id = message_id
         self.request_id = request_id  # the engine's id for this reply
@@ -96,6 +98,7 @@ class Generation:
         self.model = model
         self.grace_s = grace_s
         self.final_wait_s = final_wait_s  # the longest a `final` waits for the save
+        self._pacer = pacer  # new text may wait for its tick; None: subscribers woken at once
         self.context_size: int | None = None  # the engine's, for the final event
         self.created_at = time.time()
         self.status = Status.STREAMING
@@ -293,7 +296,11 @@ class Generation:
         self._length += len(text)
         self._ends.append(self._length)
         self._delta_times.append(now)
-        self._wake_subscribers()
+        if self._pacer is None:
+            self._wake_subscribers()
+        else:
+            for subscriber in self._subscribers:
+                self._pacer.wake(subscriber)
 
     def _outcome(self, finished: Finished | None, error: str | None) -> Outcome:
         now = time.time()

@@ -30,6 +30,7 @@ from app.streaming import metrics
 from app.streaming.events import CancelCause
 from app.streaming.generation import Generation
 from app.streaming.ledger import Progress, ReplyLedger
+from app.streaming.pacing import DeliveryPacer
 from app.streaming.saving import FinalSaver
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class GenerationManager:
         flush_interval_s: float = 1.0,
         client_deadline_s: float = 30.0,
         final_wait_s: float = 5.0,
+        pacer: DeliveryPacer | None = None,
     ) -> None:
         self.engine = engine
         self.ledger = ledger
@@ -78,6 +80,7 @@ class GenerationManager:
         self.client_deadline_s = client_deadline_s
         self.final_wait_s = final_wait_s  # the longest a client's `final` waits for the save
         self.saver = FinalSaver(ledger.save_finals)
+        self.pacer = pacer  # paces new text when the loop falls behind (app/streaming/pacing.py)
         self._live: dict[str, Generation] = {}
         self._pumps: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
@@ -93,6 +96,8 @@ class GenerationManager:
             )
         self._accepting = True
         self.saver.start()
+        if self.pacer is not None:
+            self.pacer.start()
         self._background = [
             asyncio.create_task(self._flush_loop(), name="generation-flusher"),
             asyncio.create_task(self._watchdog_loop(), name="subscriber-watchdog"),
@@ -121,6 +126,8 @@ class GenerationManager:
                 generation.save_error,
             )
         await self.saver.stop()
+        if self.pacer is not None:
+            self.pacer.stop()
         for task in self._background:
             task.cancel()
         for task in self._background:
@@ -159,6 +166,7 @@ class GenerationManager:
             model=self.engine.model_name,
             grace_s=request.grace_s,
             final_wait_s=self.final_wait_s,
+            pacer=self.pacer,
         )
         generation.context_size = self.engine.context_size
         self._run(generation, stream)

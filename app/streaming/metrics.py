@@ -69,8 +69,15 @@ DEADLINE_ABORTS = Counter(
 )
 COALESCED = Counter(
     "streamchat_coalesced_deltas_total",
-    "Engine deltas that left merged into a larger event because the client was still busy.",
+    "Engine deltas that left merged into a larger event (the client was still busy, or the "
+    "delivery tick held them).",
     ["transport"],
+    registry=REGISTRY,
+)
+DELIVERY_TICK = Gauge(
+    "streamchat_delivery_tick_seconds",
+    "How long new text waits to be sent, so that it leaves merged (0: at once; the event loop "
+    "is keeping up). See app/streaming/pacing.py.",
     registry=REGISTRY,
 )
 OPEN_STREAMS = Gauge(

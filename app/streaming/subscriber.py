@@ -38,6 +38,7 @@ class Subscriber:
         self._last_take = time.monotonic()
         self._keepalive_s = 0.0
         self._keepalive: asyncio.TimerHandle | None = None
+        self._paced: asyncio.TimerHandle | None = None  # a paced wake-up, due (wake_after)
         self._idle = False  # `keepalive_s` passed with nothing taken: a heartbeat is due
         self._taking = False  # the consumer is waiting in `events()` (not stuck in a send)
         self._final_sent = False
@@ -56,6 +57,22 @@ class Subscriber:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def wake_after(self, interval_s: float) -> None:
+        """New text, paced (app/streaming/pacing.py): wake no sooner than `interval_s` after the
+        last take; text arriving meanwhile leaves with that one, merged."""
+        if self._paced is not None:
+            return  # already due
+        wait_s = self._last_take + interval_s - time.monotonic()
+        if wait_s <= 0:
+            self.wake()
+        else:
+            self._paced = asyncio.get_running_loop().call_later(wait_s, self._paced_wake)
+
+    def _paced_wake(self) -> None:
+        self._paced = None
+        if self.pending:  # else something else woke it meanwhile, and it took the text
+            self.wake()
 
     @property
     def pending(self) -> bool:
@@ -169,6 +186,8 @@ class Subscriber:
             self._open_metric.dec()
             if self._keepalive is not None:
                 self._keepalive.cancel()
+            if self._paced is not None:
+                self._paced.cancel()
 
 
 async def live_events(

@@ -27,6 +27,7 @@ from app.engine import Engine, create_engine
 from app.settings import Settings
 from app.streaming import metrics, relay
 from app.streaming.manager import GenerationManager
+from app.streaming.pacing import DeliveryPacer
 from app.streaming.push import PushHub
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,10 @@ class Services:
             flush_interval_s=settings.flush_interval_s,
             client_deadline_s=settings.client_deadline_s,
             final_wait_s=settings.final_save_wait_s,
+            pacer=DeliveryPacer(
+                max_tick_s=settings.delivery_tick_max_ms / 1000,
+                busy=settings.delivery_loop_busy,
+            ),
         )
         push_relay = broadcast_for(settings.database_url, PUSH_CHANNEL)
         hub: PushHub = PushHub(max_per_user=settings.push_max_channels_per_user or None)
