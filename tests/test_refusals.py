@@ -15,6 +15,7 @@ from litestar.exceptions import (
     ServiceUnavailableException,
     ValidationException,
 )
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.testing import TestClient
 
 from app.db.session import BUSY, DatabaseDisconnectedError, PoolTimeoutError
@@ -210,7 +211,11 @@ def test_a_frame_the_websocket_cannot_read_keeps_its_own_answer() -> None:
 
 
 def test_a_route_documents_the_statuses_of_the_domain_errors_it_raises() -> None:
-    assert documented(NotFoundError, ConversationNotFoundError) == [NotFoundException]
+    """With the database's 503 always (every documented route reads it), listed once."""
+    assert documented(NotFoundError, ConversationNotFoundError) == [
+        NotFoundException,
+        ServiceUnavailableException,
+    ]
     assert documented(UnavailableError, NotRegenerableError) == [
         ConflictError,
         ServiceUnavailableException,
@@ -222,8 +227,17 @@ def test_litestars_own_refusals_are_documented_by_the_same_helper_one_class_a_st
     itself for a route with parameters (a second 400 class would make its schema a `oneOf`)."""
     assert documented(
         PermissionDeniedException, NotAuthorizedException, WrongPasswordError, InvalidInputError
-    ) == [ValidationException, NotAuthorizedException, PermissionDeniedException]
-    assert documented(ClientException, BadJsonError) == [ValidationException]
+    ) == [
+        ValidationException,
+        NotAuthorizedException,
+        PermissionDeniedException,
+        ServiceUnavailableException,
+    ]
+    assert documented(ClientException, BadJsonError, RequestEntityTooLarge) == [
+        ValidationException,
+        RequestEntityTooLarge,
+        ServiceUnavailableException,
+    ]
 
 
 def test_every_domain_error_class_has_a_status_litestar_can_document() -> None:

@@ -5,7 +5,8 @@ Every transport uses it, each in one place: the app factory's exception handlers
 (app/domain/openai/errors.py), and the WebSocket's `rejected` frame (app/domain/chat/websocket/routes.py).
 No handler catches a domain error to translate it. The routes' `raises=` lists, for the OpenAPI
 document, come from the same classes (`documented`), with Litestar's own refusals a route may
-answer with: a guard's 401 or 403, the CSRF check's 403 on writes outside `/v1`.
+answer with: a guard's 401 or 403, the CSRF check's 403 on writes outside `/v1`, the 413 of a
+body over its size; and, on every route, the database's 503 (`DOMAIN_ERRORS`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from litestar.exceptions import (
     TooManyRequestsException,
     ValidationException,
 )
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.status_codes import HTTP_409_CONFLICT
 
@@ -83,6 +85,7 @@ _DOCUMENTED_AS: dict[int, type[HTTPException]] = {
         PermissionDeniedException,
         NotFoundException,
         ConflictError,
+        RequestEntityTooLarge,
         TooManyRequestsException,
         ServiceUnavailableException,
     )
@@ -93,11 +96,17 @@ def documented(*errors: type[DomainError] | type[HTTPException]) -> list[type[HT
     """A route's `raises=`: one entry per status of the errors it may answer with, the domain's
     and Litestar's own (NotAuthorizedException, PermissionDeniedException...), lowest first.
 
-    Not listed anywhere: what any route may answer when the database is locked or full, or the
-    session store unreachable (503s, app/db/, app/web/session_store.py)."""
+    Always with the 503 of `DOMAIN_ERRORS`' database errors (locked, out of connections, lost,
+    full or read-only): every route documented here reads the database, if only for the session's
+    user (`SessionAuthenticationMiddleware`'s access cache). The session store's 503, when Redis is
+    away, is the same answer (app/web/session_store.py). A route that reads a body lists
+    `RequestEntityTooLarge`: Litestar's 413 for one over `request_max_body_size`
+    (litestar/connection/request.py). Not listed: the 413 of a form body sent where none is read
+    (the CSRF check reads it for a token: litestar/middleware/csrf.py)."""
     statuses = {
         error.status if issubclass(error, DomainError) else error.status_code for error in errors
     }
+    statuses.add(ServiceUnavailableException.status_code)
     return [_DOCUMENTED_AS[status] for status in sorted(statuses)]
 
 

@@ -3,7 +3,7 @@ for `/v1`.
 
 Each route's `raises=`, for the OpenAPI document: 403 for every write (Litestar's CSRF check: the
 log-in and sign-up forms carry the token too), 401 for the routes behind `logged_in`, then the
-route's own refusals.
+route's own refusals (and a body's 413, the database's 503: app/domain/refusals.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from litestar.exceptions import (
     NotFoundException,
     PermissionDeniedException,
 )
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
@@ -109,6 +110,7 @@ class AuthController(Controller):
             links.InvalidLinkError,  # SIGNUP_MODE=invite: no such invitation, or a spent one
             accounts.SignupClosedError,
             accounts.EmailTakenError,
+            RequestEntityTooLarge,
         ),
     )
     async def signup(
@@ -140,7 +142,12 @@ class AuthController(Controller):
         status_code=200,
         responses=TOO_MANY_ATTEMPTS_RESPONSE,
         # 401: a wrong email or password; 403: a disabled account (or CSRF)
-        raises=documented(NotAuthorizedException, PermissionDeniedException, TooManyAttemptsError),
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            TooManyAttemptsError,
+            RequestEntityTooLarge,
+        ),
     )
     async def login(
         self,
@@ -170,7 +177,12 @@ class AuthController(Controller):
     @post(
         "/auth/reset",
         status_code=HTTP_204_NO_CONTENT,
-        raises=documented(PermissionDeniedException, links.InvalidLinkError, WeakPasswordError),
+        raises=documented(
+            PermissionDeniedException,
+            links.InvalidLinkError,
+            WeakPasswordError,
+            RequestEntityTooLarge,
+        ),
     )
     async def reset_password(
         self,
@@ -219,7 +231,7 @@ class ApiKeyController(Controller):
     @post(
         "/",
         status_code=HTTP_201_CREATED,
-        raises=documented(NotAuthorizedException, PermissionDeniedException),
+        raises=documented(NotAuthorizedException, PermissionDeniedException, RequestEntityTooLarge),
     )
     async def create_key(
         self,

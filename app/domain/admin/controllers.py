@@ -1,6 +1,6 @@
 """Admin-only routes (`/admin`): the guard answers 401 without a session and 403 for non-admins
 (and Litestar's CSRF check a write without its token); each route's `raises=` lists those
-and its own refusals, for the OpenAPI document."""
+and its own refusals (and the database's 503: app/domain/refusals.py), for the OpenAPI document."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ what the users page does, as JSON. Every change goes through app/domain/accounts
 (one transaction with its audit entry; the last active admin stays one).
 
 Each route's `raises=`, for the OpenAPI document: 401 and 403 (`admin_guard`: no session, not an
-admin; on writes, Litestar's CSRF check too), then the route's own refusals. A change that matches
+admin; on writes, Litestar's CSRF check too), then the route's own refusals (and a body's 413, the
+database's 503: app/domain/refusals.py). A change that matches
 no row says why (`management._refusal`): no such user (404), the last active admin or an account
 not in the state the change needs (409).
 """
@@ -17,6 +18,7 @@ import msgspec
 from litestar import Controller, Request, delete, get, post, put
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import ClientException, NotAuthorizedException, PermissionDeniedException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
@@ -106,6 +108,7 @@ class AdminUsersApi(Controller):
             InvalidEmailError,
             WeakPasswordError,
             EmailTakenError,
+            RequestEntityTooLarge,
         ),
     )
     async def create_user(
@@ -198,6 +201,7 @@ class AdminUsersApi(Controller):
             UserNotFoundError,
             LastAdminError,
             WrongStateError,
+            RequestEntityTooLarge,
         ),
     )
     async def set_role(
@@ -215,7 +219,11 @@ class AdminUsersApi(Controller):
     @put(
         "/users/{user_id:uuid}/quota",
         raises=documented(
-            NotAuthorizedException, PermissionDeniedException, InvalidInputError, UserNotFoundError
+            NotAuthorizedException,
+            PermissionDeniedException,
+            InvalidInputError,
+            UserNotFoundError,
+            RequestEntityTooLarge,
         ),
     )
     async def set_quota(
@@ -292,7 +300,7 @@ class AdminUsersApi(Controller):
     @post(
         "/invitations",
         status_code=HTTP_201_CREATED,
-        raises=documented(NotAuthorizedException, PermissionDeniedException),
+        raises=documented(NotAuthorizedException, PermissionDeniedException, RequestEntityTooLarge),
     )
     async def invite(
         self,

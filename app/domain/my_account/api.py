@@ -3,7 +3,8 @@ their conversations, who of the admins looked at them, and deleting the account.
 authenticated like the rest of the page API, so every write carries the CSRF header; everything
 is scoped to the logged-in user (another user's session id answers 404). Each route's `raises=`,
 for the OpenAPI document: 401 (the `logged_in` guard, `user`'s `provide_user`), 403 for the writes
-(Litestar's CSRF check), then the route's own refusals."""
+(Litestar's CSRF check), then the route's own refusals (and a body's 413, the database's 503:
+app/domain/refusals.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from litestar.exceptions import (
     NotFoundException,
     PermissionDeniedException,
 )
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
@@ -160,6 +162,7 @@ class AccountApi(Controller):
             service.WrongPasswordError,
             WeakPasswordError,
             management.UserNotFoundError,  # deleted meanwhile
+            RequestEntityTooLarge,
         ),
     )
     async def change_password(
@@ -202,7 +205,10 @@ class AccountApi(Controller):
         status_code=HTTP_201_CREATED,
         # the body is read raw: its 400 is the import's own (not an export), not Litestar's
         raises=documented(
-            NotAuthorizedException, PermissionDeniedException, importing.ImportRefusedError
+            NotAuthorizedException,
+            PermissionDeniedException,
+            importing.ImportRefusedError,
+            RequestEntityTooLarge,
         ),
         request_max_body_size=MAX_ACCOUNT_IMPORT_BYTES,
     )
@@ -254,6 +260,7 @@ class AccountApi(Controller):
             management.UserNotFoundError,  # deleted meanwhile
             management.LastAdminError,
             management.WrongStateError,
+            RequestEntityTooLarge,
         ),
     )
     async def delete_account(

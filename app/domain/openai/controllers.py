@@ -47,7 +47,12 @@ async def chat_completions(
     return await OpenAIServingChat(replies, engine).create(request, request.user, data)
 
 
-@get("/models", responses={401: ResponseSpec(OpenAIErrorBody, description=ERRORS[401])})
+@get(
+    "/models",
+    responses={
+        status: ResponseSpec(OpenAIErrorBody, description=ERRORS[status]) for status in (401, 503)
+    },
+)
 async def list_models(engine: NamedDependency[Engine]) -> ModelList:
     return ModelList(data=[ModelCard(id=engine.model_name)])
 

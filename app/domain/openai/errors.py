@@ -25,12 +25,15 @@ ERRORS = {
     ),
     401: "no API key, or one that is not valid",
     404: "no such model",
+    413: "a request body over 10 MB (Litestar's `request_max_body_size`)",
     429: "too many replies in progress (code `rate_limit_exceeded`), or the key's owner has used "
     "up their token quota for the day or month (type and code `insufficient_quota`; Retry-After "
     "says when it resets)",
-    503: "the server is not taking requests (shutting down): try again in a moment",
+    503: "the server is not taking requests (shutting down), or the database is busy or refusing "
+    "writes (with a Retry-After): try again in a moment",
 }
-"""The statuses `/v1` documents, for the OpenAPI document."""
+"""The statuses `/v1` documents, for the OpenAPI document: `/v1/models`, which reads no body,
+documents 401 and 503 (every request's API key is looked up in the database)."""
 
 
 class OpenAIError(HTTPException):

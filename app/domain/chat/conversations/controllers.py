@@ -7,7 +7,8 @@ errors, answered by the app's exception map).
 
 Each route's `raises=` lists what it may answer with, for the OpenAPI document: 401 for each (no
 session: the router's `logged_in` guard, then `user`'s `provide_user`), 403 for each write
-(Litestar's CSRF check), then the route's own refusals.
+(Litestar's CSRF check), then the route's own refusals (and a body's 413, the database's 503:
+app/domain/refusals.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from litestar.exceptions import (
     NotAuthorizedException,
     PermissionDeniedException,
 )
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.response import Stream
@@ -137,7 +139,7 @@ class ConversationController(Controller):
     @post(
         "/",
         status_code=HTTP_201_CREATED,
-        raises=documented(NotAuthorizedException, PermissionDeniedException),
+        raises=documented(NotAuthorizedException, PermissionDeniedException, RequestEntityTooLarge),
     )
     async def create(
         self,
@@ -180,6 +182,7 @@ class ConversationController(Controller):
             PermissionDeniedException,
             conversations.ConversationNotFoundError,
             branches.UnknownBranchError,
+            RequestEntityTooLarge,
         ),
     )
     async def show_branch(
@@ -208,6 +211,7 @@ class ConversationController(Controller):
             PermissionDeniedException,
             conversations.ConversationNotFoundError,
             conversations.PinnedAndArchivedError,
+            RequestEntityTooLarge,
         ),
     )
     async def change(
@@ -251,6 +255,7 @@ class ConversationController(Controller):
             branches.UnknownBranchError,
             branches.StaleBranchError,
             *START_REFUSALS,
+            RequestEntityTooLarge,
         ),
         opt=LONG_LIVED,
     )
@@ -304,6 +309,7 @@ class MessageController(Controller):
             NotFoundError,
             reply_rows.NotRegenerableError,
             *START_REFUSALS,
+            RequestEntityTooLarge,
         ),
         opt=LONG_LIVED,
     )
@@ -330,6 +336,7 @@ class MessageController(Controller):
             NotFoundError,
             branches.NotEditableError,
             *START_REFUSALS,
+            RequestEntityTooLarge,
         ),
         opt=LONG_LIVED,
     )
@@ -363,7 +370,11 @@ class MessageController(Controller):
         "/{message_id:uuid}/client-metrics",
         status_code=HTTP_204_NO_CONTENT,
         raises=documented(
-            NotAuthorizedException, PermissionDeniedException, InvalidInputError, NotFoundError
+            NotAuthorizedException,
+            PermissionDeniedException,
+            InvalidInputError,
+            NotFoundError,
+            RequestEntityTooLarge,
         ),
     )
     async def client_metrics(

@@ -4,7 +4,8 @@ ratings.py); every lookup is scoped to the logged-in user, another user's ids an
 
 Each route's `raises=` lists what it may answer with, for the OpenAPI document: 401 for each (no
 session: the router's `logged_in` guard, then `user`'s `provide_user`), 403 for each write
-(Litestar's CSRF check), then the route's own refusals.
+(Litestar's CSRF check), then the route's own refusals (and a body's 413, the database's 503:
+app/domain/refusals.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from litestar.exceptions import (
     NotAuthorizedException,
     PermissionDeniedException,
 )
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
@@ -106,7 +108,10 @@ class ArchiveController(Controller):
         status_code=HTTP_201_CREATED,
         # the body is read raw: its 400 is the import's own (not an export), not Litestar's
         raises=documented(
-            NotAuthorizedException, PermissionDeniedException, importing.ImportRefusedError
+            NotAuthorizedException,
+            PermissionDeniedException,
+            importing.ImportRefusedError,
+            RequestEntityTooLarge,
         ),
         request_max_body_size=MAX_IMPORT_BYTES,  # 413 beyond (litestar/connection/request.py)
     )
@@ -143,7 +148,9 @@ class RatingController(Controller):
 
     @put(
         "/{message_id:uuid}/rating",
-        raises=documented(NotAuthorizedException, PermissionDeniedException, NotFoundError),
+        raises=documented(
+            NotAuthorizedException, PermissionDeniedException, NotFoundError, RequestEntityTooLarge
+        ),
     )
     async def rate(
         self,

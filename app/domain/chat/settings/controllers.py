@@ -6,7 +6,8 @@
 Routes only translate (app/domain/chat/settings/service.py does the work); a value out of range is
 refused as a reply request's would be (400, through the app's exception map). Each route's
 `raises=`, for the OpenAPI document: 401 (the router's `logged_in` guard, `user`'s `provide_user`),
-403 for the writes (Litestar's CSRF check), then the route's own refusals.
+403 for the writes (Litestar's CSRF check), then the route's own refusals (and a body's 413, the
+database's 503: app/domain/refusals.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from uuid import UUID
 from litestar import Controller, Router, get, put
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.params import FromPath, JSONBody
 
 from app.db.session import Sessions
@@ -53,6 +55,7 @@ class SettingsController(Controller):
             PermissionDeniedException,
             InvalidInputError,
             ConversationNotFoundError,
+            RequestEntityTooLarge,
         ),
     )
     async def save_conversation_settings(
@@ -82,7 +85,12 @@ class SettingsController(Controller):
 
     @put(
         "/account/chat-defaults",
-        raises=documented(NotAuthorizedException, PermissionDeniedException, InvalidInputError),
+        raises=documented(
+            NotAuthorizedException,
+            PermissionDeniedException,
+            InvalidInputError,
+            RequestEntityTooLarge,
+        ),
     )
     async def save_defaults(
         self,
