@@ -18,7 +18,7 @@ from app.engine.base import EngineEvent, Finished
 
 
 class EventStream:
-    __slots__ = ("_events", "_finished", "_on_abandon", "_waiter", "request_id")
+    __slots__ = ("_events", "_finished", "_forward", "_on_abandon", "_waiter", "request_id")
 
     def __init__(self, request_id: str, on_abandon: Callable[[str], None]) -> None:
         self.request_id = request_id
@@ -26,6 +26,8 @@ class EventStream:
         self._waiter: asyncio.Future[None] | None = None
         self._finished = False  # a Finished event has been pushed
         self._on_abandon = on_abandon
+        # (on_event, the future of the Finished) while events are forwarded: see `forward_to`
+        self._forward: tuple[Callable[[EngineEvent], None], asyncio.Future[Finished]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -35,12 +37,47 @@ class EventStream:
         """Append an event. Must run on the event loop's thread. Never blocks."""
         if self._finished:
             return  # exactly one Finished, and nothing after it
-        self._events.append(event)
         if isinstance(event, Finished):
             self._finished = True
+        if self._forward is not None:
+            self._hand_over(event)
+            return
+        self._events.append(event)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def forward_to(self, on_event: Callable[[EngineEvent], None]) -> asyncio.Future[Finished]:
+        """Hand each event to `on_event` as it is pushed (events already queued first) instead of
+        queueing it for `async for`. For a consumer that only files events away: it saves a task
+        wake-up per token, which at GPU rates was a third of the event loop's work. The future
+        resolves to the Finished (after the events before it were handed over), or fails with
+        what `on_event` raised, and then the stream counts as ended: nothing more is handed over.
+        """
+        if self._forward is not None:
+            raise RuntimeError(f"{self.request_id}: events are already forwarded")
+        done: asyncio.Future[Finished] = asyncio.get_running_loop().create_future()
+        self._forward = (on_event, done)
+        while self._events and self._forward is not None:
+            self._hand_over(self._events.popleft())
+        return done
+
+    def _hand_over(self, event: EngineEvent) -> None:
+        assert self._forward is not None
+        on_event, done = self._forward
+        if isinstance(event, Finished):
+            self._forward = None
+            if not done.done():
+                done.set_result(event)
+            return
+        try:
+            on_event(event)
+        except Exception as exc:  # the consumer's bug: it hears of it once, then nothing more
+            self._forward = None
+            self._finished = True
+            self._events.clear()
+            if not done.done():
+                done.set_exception(exc)
 
     def __aiter__(self) -> EventStream:
         return self

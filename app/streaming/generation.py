@@ -21,7 +21,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.engine.base import EngineEvent, Finished, FinishReason
+from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
+from app.engine.streams import EventStream
 from app.streaming import metrics
 from app.streaming.events import CancelCause, Final, Start, Status
 
@@ -249,13 +250,14 @@ class Generation:
         finished: Finished | None = None
         error: str | None = None
         try:
-            async for event in events:
-                if isinstance(event, Finished):
-                    finished = event
-                    break
-                self.tokens += len(event.token_ids)
-                if event.text:
-                    self._append(event.text)
+            if isinstance(events, EventStream):  # every engine's: no task wake-up per token
+                finished = await events.forward_to(self._take_event)
+            else:
+                async for event in events:
+                    if isinstance(event, Finished):
+                        finished = event
+                        break
+                    self._take_event(event)
         except Exception as exc:  # an engine that breaks its contract: still end in a saved state
             log.exception("engine stream for %s failed", self.message_id)
             error = f"engine failure: {exc}"
@@ -275,6 +277,13 @@ class Generation:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
         return self.outcome
+
+    def _take_event(self, event: EngineEvent) -> None:
+        """One engine event before the Finished: count its tokens, append its text."""
+        if isinstance(event, TextDelta):
+            self.tokens += len(event.token_ids)
+            if event.text:
+                self._append(event.text)
 
     def _final_wait_up(self) -> None:
         self._final_wait_over = True

@@ -19,6 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from app.engine.base import BackendStats, EngineStats
+from app.streaming.loop_histogram import LoopHistogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -32,7 +33,7 @@ ENGINE_TTFT = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
-ENGINE_GAP = Histogram(
+ENGINE_GAP = LoopHistogram(
     "streamchat_engine_inter_token_seconds",
     "Gap between consecutive text deltas as they leave the engine.",
     buckets=_LATENCY_BUCKETS,
@@ -44,14 +45,14 @@ QUEUE_WAIT = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
-DELIVERED_TTFT = Histogram(
+DELIVERED_TTFT = LoopHistogram(
     "streamchat_delivered_ttft_seconds",
     "Time from the request to the first text handed to the client's connection.",
     ["transport"],
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
-DELIVERED_GAP = Histogram(
+DELIVERED_GAP = LoopHistogram(
     "streamchat_delivered_gap_seconds",
     "Gap between consecutive events handed to a client's connection.",
     ["transport"],
