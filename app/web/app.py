@@ -9,6 +9,7 @@ with a saved state before the engine and the database go away.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -142,6 +143,22 @@ def flush_log_queue() -> None:
             listener.start()
 
 
+_frozen = False
+
+
+def freeze_what_startup_built() -> None:
+    """Move every object alive after the first start-up (the app, its routes, the engine, the
+    database metadata: they live as long as the process) out of the garbage collector's scans
+    (`gc.freeze`). A full collection then walks only what requests create. At GPU rates (a
+    thousand streams) that was ~4% more tokens a second and fewer long pauses (bench/README.md).
+    Once per process: an app built again (tests) is not frozen, so it can still be collected."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.collect()
+        gc.freeze()
+
+
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> Litestar:
     settings = settings or Settings.from_env()
 
@@ -154,6 +171,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         app.state[LIVE_SESSIONS_STATE_KEY] = live_sessions = LiveSessions(services.sessions)
         app.state.auth_limits = limits = auth_limits(settings)
         await services.start()
+        freeze_what_startup_built()
         try:
             yield
         finally:
