@@ -14,9 +14,9 @@ get the `final` event at `finish`, or after `final_wait_s` if the save is slow, 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
+from array import array
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +25,7 @@ from app.engine.base import EngineEvent, Finished, FinishReason, TextDelta
 from app.engine.streams import EventStream
 from app.streaming import metrics
 from app.streaming.events import CancelCause, Final, Start, Status
+from app.streaming.reply_text import ReplyText
 
 if TYPE_CHECKING:
     from app.streaming.pacing import DeliveryPacer
@@ -107,10 +108,8 @@ class Generation:
         self.tokens = 0  # tokens the engine has sampled so far (seen through TextDelta)
         self.cancel_cause: CancelCause | None = None
         self.cancel_token_index: int | None = None
-        self._parts: list[str] = []
-        self._ends: list[int] = []  # _ends[i]: character offset where _parts[i] ends
-        self._length = 0
-        self._delta_times: list[float] = []
+        self._text = ReplyText()
+        self._delta_times = array("d")  # when each engine delta arrived (wall clock)
         self._subscribers: set[Subscriber] = set()
         self._done = asyncio.Event()  # the end state is known AND saved
         self.ended_at: float | None = None  # time.monotonic() when the outcome became known
@@ -127,23 +126,18 @@ class Generation:
 
     @property
     def length(self) -> int:
-        return self._length
+        return self._text.length
 
     def text(self) -> str:
-        return "".join(self._parts)
+        return str(self._text)
 
     def text_since(self, offset: int) -> str:
         """The reply from character `offset` on (offset clamped to what exists)."""
-        offset = max(0, min(offset, self._length))
-        i = bisect.bisect_right(self._ends, offset)
-        if i >= len(self._parts):
-            return ""
-        start_of_part = self._ends[i] - len(self._parts[i])
-        return self._parts[i][offset - start_of_part :] + "".join(self._parts[i + 1 :])
+        return self._text.since(max(0, offset))
 
     def parts_between(self, start: int, end: int) -> int:
         """How many engine deltas the text between two offsets came in."""
-        return bisect.bisect_left(self._ends, end) - bisect.bisect_right(self._ends, start) + 1
+        return self._text.pieces_between(start, end)
 
     @property
     def done(self) -> bool:
@@ -301,9 +295,7 @@ class Generation:
         now = time.time()
         if self._delta_times:
             metrics.ENGINE_GAP.observe(now - self._delta_times[-1])
-        self._parts.append(text)
-        self._length += len(text)
-        self._ends.append(self._length)
+        self._text.append(text)
         self._delta_times.append(now)
         if self._pacer is None:
             self._wake_subscribers()
