@@ -38,15 +38,17 @@ def server_env_overrides() -> dict[str, object]:
     }
 
 
-def sample(body: str, name: str) -> float:
-    match = re.search(rf"^{name} (\S+)$", body, re.MULTILINE)
+def sample(body: str, name: str, default: float | None = None) -> float:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", body, re.MULTILINE)
+    if match is None and default is not None:
+        return default  # a labelled series exists from its first use
     assert match, f"no {name} in /metrics"
     return float(match.group(1))
 
 
 def test_a_busy_loop_sends_each_client_fewer_larger_events(alice: PageClient) -> None:
     merged_before = sample(
-        alice.http.get("/metrics").text, 'streamchat_coalesced_deltas_total{transport="sse"}'
+        alice.http.get("/metrics").text, 'streamchat_coalesced_deltas_total{transport="sse"}', 0.0
     )
     conversation = alice.new_conversation()
     prompt = f"[[synthetic:tokens={TOKENS}]] Go"
