@@ -10,9 +10,8 @@
 A test that already carries a tier mark keeps it: tests/engine/test_engine_contract.py marks its
 ENGINE=openai case `live` because it runs in front of a compiled llama-server.
 
-Under pytest-xdist with `--dist loadfile` (the live and browser tiers, scripts/test) the slowest
-files are handed out first (`SLOWEST_FIRST`), so that the workers finish together. Tests marked
-`serial` (they judge timing that a second worker would blur) run after, on their own.
+Under pytest-xdist with `--dist loadfile` (the live tier, scripts/test) the slowest files are handed
+out first (`SLOWEST_FIRST`), so that the workers finish together.
 
 This file sits at the root so that it sees e2e/ as well as tests/.
 """
@@ -57,7 +56,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # each, setups included, in a live tier of 400 s on a shared 2-core machine; the tier's other
 # files took 25 s or less each).
 SLOWEST_FIRST = [
-    "e2e/test_e2e_sixty_turns.py",  # 300-600 (the browser tier's)
     "tests/serving/test_live_db_stall.py",  # 122
     "tests/serving/test_live_bad_input.py",  # 74
     "tests/serving/test_live_context_window.py",  # 66

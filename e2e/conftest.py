@@ -16,7 +16,6 @@ When a test fails, the server log written during it is attached to the report.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -47,10 +46,8 @@ E2E_ENV: dict[str, object] = {
 
 @pytest.fixture(scope="session", autouse=True)
 def _fresh_failure_screenshots() -> None:
-    """artifacts/failures/ shows the failures of this run only (under pytest-xdist, the first
-    worker clears it: the others start with it and must not delete its screenshots)."""
-    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
-        shutil.rmtree(ARTIFACTS / "failures", ignore_errors=True)
+    """artifacts/failures/ shows the failures of this run only."""
+    shutil.rmtree(ARTIFACTS / "failures", ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -330,31 +330,39 @@ class ChatPage:
 RUNS_TO_THE_LIMIT = {"temperature": 0, "repeat_penalty": 1.0}
 
 
-def ask_for_longer_replies(page: Page, max_tokens: int, only: str | None = None) -> None:
-    """Sends from this page (those of the message `only`, if given) ask the real server for
-    `max_tokens`, greedy with no repeat penalty, over SSE or the WebSocket, instead of the e2e
-    server's small default and sampling: a test whose reply must outlast something (an outage, a
-    reload, a Stop on its way) must not depend on how fast this machine decodes, nor on a reply
+def ask_for_longer_replies(
+    page: Page, max_tokens: int | Mapping[str, int], only: str | None = None
+) -> None:
+    """Sends from this page (those of the message `only`, if given; or, with a mapping, those of
+    its messages, each with its own length) ask the real server for `max_tokens`, greedy with no
+    repeat penalty, over SSE or the WebSocket, instead of the e2e server's small default and
+    sampling: a test whose reply must outlast something (an outage, a reload, a Stop on its way)
+    or reach its limit must not depend on how fast this machine decodes, nor on a sampled reply
     ending early (RUNS_TO_THE_LIMIT). Responses pass through untouched, still streaming."""
-    longer = {"max_tokens": max_tokens, **RUNS_TO_THE_LIMIT}
 
-    def wanted(content: object) -> bool:
-        return only is None or content == only
+    def longer(content: object) -> dict[str, Any] | None:
+        if isinstance(max_tokens, Mapping):
+            limit = max_tokens.get(content) if isinstance(content, str) else None
+        else:
+            limit = max_tokens if only is None or content == only else None
+        return None if limit is None else {"max_tokens": limit, **RUNS_TO_THE_LIMIT}
 
     def sse(route: Route) -> None:
         body = json.loads(route.request.post_data or "{}") if route.request.method == "POST" else {}
-        if not wanted(body.get("content")):
+        params = longer(body.get("content"))
+        if params is None:
             route.continue_()
             return
-        route.continue_(post_data=json.dumps({**body, **longer}))
+        route.continue_(post_data=json.dumps({**body, **params}))
 
     def ws(route: WebSocketRoute) -> None:
         server = route.connect_to_server()
 
         def to_server(message: str | bytes) -> None:
             frame = json.loads(message)
-            if frame.get("type") == "send" and wanted(frame.get("content")):
-                frame.update(longer)
+            params = longer(frame.get("content")) if frame.get("type") == "send" else None
+            if params is not None:
+                frame.update(params)
             server.send(json.dumps(frame))
 
         route.on_message(to_server)

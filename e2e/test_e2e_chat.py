@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import expect
 
-from e2e.conftest import User
+from e2e.conftest import E2E_ENV, User
 from e2e.helpers import (
     STORY,
     ChatPage,
@@ -88,7 +88,9 @@ def test_history_comes_back_with_badges(
     takes far more than DEFAULT_MAX_TOKENS): after a reload both come back in order, with their
     texts and their badges ("stopped", "length limit")."""
     user = new_user()
-    ask_for_longer_replies(user.page, 400, only=STORY)  # Stop lands mid-reply on any machine
+    # Greedy both: the story outlasts the Stop on any machine; the essay, at the e2e server's
+    # default length, reaches it (sampled, it once ended after a dozen tokens: `completed`).
+    ask_for_longer_replies(user.page, {STORY: 400, ESSAY: E2E_ENV["DEFAULT_MAX_TOKENS"]})
     chat = ChatPage(user.page).open()
     chat.use_transport(transport)
     first = chat.send(STORY)

@@ -24,10 +24,6 @@ from tests.long_conversation import long_export
 
 MESSAGES = 2000
 
-# It judges the page's main-thread tasks, which another worker's browser and model on the same
-# two cores would lengthen: it runs after the browser tier's parallel part, alone (scripts/test).
-pytestmark = pytest.mark.serial
-
 
 @pytest.fixture(scope="module")
 def server_env_overrides() -> dict[str, object]:
