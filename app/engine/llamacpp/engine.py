@@ -45,13 +45,19 @@ class LlamaCppEngine(TableEngine[Sequence]):
     """`Engine` over llama.cpp's C API; the stepping itself is `loop.StepLoop`."""
 
     def __init__(
-        self, settings: EngineSettings, *, flash_attn: bool = True, prefix_cache: int = 8
+        self,
+        settings: EngineSettings,
+        *,
+        flash_attn: bool = True,
+        prefix_cache: int = 8,
+        kv_unified: bool = True,
     ) -> None:
         """`prefix_cache`: how many finished sequences keep their cells for reuse (0: none); they
         keep at most an eighth of the KV pool (see `prefix_cache`)."""
         super().__init__()
         self.settings = settings
         self._flash_attn = flash_attn
+        self._kv_unified = kv_unified
         self._model_path = resolve_model_path(settings.model_path)
         self._model_name = self._model_path.name.removesuffix(".gguf")
         self._context_size = settings.context_size or settings.kv_cells  # until the GGUF says
@@ -101,6 +107,7 @@ class LlamaCppEngine(TableEngine[Sequence]):
             batch_tokens=max(self._sched.max_step_tokens, self._sched.n_seq_ids) + 1,
             threads=self.settings.threads,
             flash_attn=self._flash_attn,
+            kv_unified=self._kv_unified,
         )
         native = await asyncio.to_thread(NativeModel, self._model_path, config)
         try:

@@ -126,6 +126,7 @@ class ContextConfig:
     batch_tokens: int  # n_batch: the most tokens one step may submit
     threads: int  # n_threads and n_threads_batch
     flash_attn: bool
+    kv_unified: bool = True  # False: a KV stream per sequence id, n_ctx / n_seq_max cells each
 
 
 class StepBatch:
@@ -262,7 +263,7 @@ class NativeModel:
         params.n_batch = config.batch_tokens
         params.n_ubatch = min(config.batch_tokens, UBATCH)
         params.n_seq_max = config.max_seqs
-        params.kv_unified = True  # one pool of cells, any sequence may use any of them
+        params.kv_unified = config.kv_unified  # True: one pool, any sequence may use any cell
         params.n_threads = config.threads
         params.n_threads_batch = config.threads
         params.flash_attn_type = (

@@ -22,6 +22,7 @@ Kept free of native calls so the policy reads (and can be checked) on its own:
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -125,7 +126,9 @@ class Scheduler:
         self.max_step_tokens = max(max_step_tokens, max_seqs + MIN_PREFILL)
         self.waiting: FairQueue[Sequence] = FairQueue(lambda seq: seq.owner)
         self.running: list[Sequence] = []  # in admission order
-        self._free_slots = list(range(max_seqs - 1, -1, -1))  # pop() hands out 0 first
+        # A heap: the lowest free slot first, so running sequences keep contiguous ids (with a KV
+        # stream per sequence, llama.cpp puts only consecutive ids in one ubatch)
+        self._free_slots = list(range(max_seqs))
         self.kv_reserved = 0
         # entries take the sequence ids after the running ones, the shared opening the next one
         self.cache = PrefixCache(
@@ -163,7 +166,7 @@ class Scheduler:
             if self._short(head) > 0:
                 return
             self.waiting.pop()
-            head.slot = self._free_slots.pop()
+            head.slot = heapq.heappop(self._free_slots)
             head.state = SeqState.RUNNING
             head.admitted_at = time.time()
             self.kv_reserved += head.kv_reserve
@@ -173,7 +176,7 @@ class Scheduler:
     def release(self, seq: Sequence) -> None:
         """Give back a running sequence's slot and reservation (the caller frees the cells)."""
         if seq.state is SeqState.RUNNING:
-            self._free_slots.append(seq.slot)
+            heapq.heappush(self._free_slots, seq.slot)
             self.kv_reserved -= seq.kv_reserve
             self.running.remove(seq)
             self.waiting.done(seq)
@@ -192,6 +195,7 @@ class Scheduler:
                 prefilling.append(seq)
             else:
                 chunks.append(Chunk(seq, [seq.next_token], seq.n_cached, True))
+        chunks.sort(key=lambda chunk: chunk.seq.slot)  # decode tokens in slot order (see above)
         budget = min(prefill_budget, self.max_step_tokens - len(chunks))
         decoding = bool(chunks)
         for seq in prefill_order(prefilling):
