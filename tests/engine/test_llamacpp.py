@@ -177,6 +177,26 @@ def test_beside_decoders_a_long_prompt_starts_small_and_doubles() -> None:
     assert taken == [FIRST_CHUNK, 32, 64, 88]  # 16 + 32 + 64 + the last 88 of 200
 
 
+def test_slots_stay_contiguous_and_decode_tokens_go_in_slot_order() -> None:
+    """With a KV stream per sequence llama.cpp puts only consecutive sequence ids in one ubatch
+    (src/llama-batch.cpp, `split_equal` with `sequential`): the lowest free slot is handed out,
+    and a step lists its decode tokens by slot, whatever the order of admission."""
+    decoders = [_seq(f"d{i}", 4, 50) for i in range(5)]
+    sched = admitted_with_decoders(decoders, _seq("p", 30, 10), max_seqs=8)
+    assert [seq.slot for seq in decoders] == [0, 1, 2, 3, 4]
+    sched.release(decoders[1])
+    sched.release(decoders[3])
+    late = [_seq("late1", 4, 50), _seq("late2", 4, 50)]
+    sched.waiting.extend(late)
+    assert list(sched.admit()) == late
+    assert [seq.slot for seq in late] == [1, 3]  # the holes, lowest first, not slot 6 and 7
+    for seq in late:
+        seq.n_cached, seq.next_token = len(seq.prompt), 7
+    plan = sched.plan(prefill_budget=100)
+    assert [c.seq.slot for c in plan if len(c.tokens) == 1] == [0, 1, 2, 3, 4]
+    assert plan[-1].seq.request_id == "p"  # the prompt chunk after the decode tokens
+
+
 def test_a_step_never_holds_more_than_max_step_tokens() -> None:
     sched = Scheduler(max_seqs=4, kv_cells=10_000, max_step_tokens=64)
     a, b = _seq("a", 50, 10), _seq("b", 50, 10)
