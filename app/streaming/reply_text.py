@@ -43,12 +43,17 @@ class ReplyText:
         """The text from character `offset` on."""
         if offset >= self.length:
             return ""
-        tail = "".join(self._tail)
-        if offset >= self._tail_start:
-            return tail[offset - self._tail_start :]
+        tail = self._tail
+        if offset >= self._tail_start:  # the usual case, a client near the end: join only after it
+            first = bisect.bisect_right(self.piece_ends, offset)  # the piece that holds `offset`
+            k = first - (len(self.piece_ends) - len(tail))
+            piece_start = self.piece_ends[first] - len(tail[k])
+            return tail[k][offset - piece_start :] + "".join(tail[k + 1 :])
         i = bisect.bisect_right(self._chunk_ends, offset)
         chunk_start = self._chunk_ends[i] - len(self._chunks[i])
-        return self._chunks[i][offset - chunk_start :] + "".join(self._chunks[i + 1 :]) + tail
+        return (
+            self._chunks[i][offset - chunk_start :] + "".join(self._chunks[i + 1 :]) + "".join(tail)
+        )
 
     def pieces_between(self, start: int, end: int) -> int:
         """How many pieces the text between two piece boundaries was appended in."""
