@@ -78,6 +78,14 @@ class EngineSettings:
     max_seqs: int = env("ENGINE_MAX_SEQS", 64)
     # KV cache size in tokens, shared by all running sequences
     kv_cells: int = env("ENGINE_KV_CELLS", 16384)
+    # llama.cpp's KV layout. "unified": one pool any sequence may use (admission by free cells;
+    # the prefix cache shares cells in the pool). "streams": a stream of kv_cells / max_seqs
+    # cells per sequence, as llama-server's `--parallel N` gives (each query walks only its own
+    # cells: 1.26x the unified pool's tok/s at 32 streams in bench/kv_layout.py); that is also
+    # each sequence's context, so size kv_cells as max_seqs x the context wanted. Its prefix
+    # cache keeps finished sequences' states in host memory, up to prefix_cache_mb.
+    kv_layout: Literal["unified", "streams"] = env("ENGINE_KV_LAYOUT", "unified")
+    prefix_cache_mb: int = env("ENGINE_PREFIX_CACHE_MB", 1024)
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:
     # the web server's loop still gets its turns because libgomp's barrier spinning is bounded

@@ -155,6 +155,17 @@ class BackendStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixCacheStats:
+    """An engine's cache of earlier prompts' KV cells, as admissions found it."""
+
+    hits: int  # admitted requests that started from a cached prefix
+    misses: int  # admitted requests that found none
+    reused_tokens: int  # prompt tokens not prefilled thanks to it
+    entries: int
+    host_bytes: int  # host memory its saved states take (0 where they stay in the KV pool)
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     running: int  # sequences holding KV cache and advancing each step
     waiting: int  # admitted to the queue, not yet running
@@ -164,6 +175,7 @@ class EngineStats:
     tokens_generated: int  # tokens sampled since start
     extra: Mapping[str, float] = field(default_factory=dict)
     backends: tuple[BackendStats, ...] = ()  # the servers behind the engine, if any
+    prefix_cache: PrefixCacheStats | None = None  # None: the engine keeps none of its own
     unavailable: str | None = None  # why the engine cannot serve a request now (None: it can)
     degraded: str | None = None  # what is wrong while it still serves (some upstreams down)
 

@@ -18,7 +18,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from app.engine.base import BackendStats, EngineStats
+from app.engine.base import BackendStats, EngineStats, PrefixCacheStats
 from app.streaming.loop_histogram import LoopHistogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -144,6 +144,34 @@ class EngineCollector(Collector):
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
+        if (cache := stats.prefix_cache) is not None:
+            yield from prefix_cache_metrics(cache)
+
+
+def prefix_cache_metrics(cache: PrefixCacheStats) -> Iterator[Metric]:
+    """The engine's cache of earlier prompts (per owner: a user's prefix serves only them)."""
+    for name, doc, value in (
+        (
+            "streamchat_prefix_cache_hits",
+            "Admissions that started from a cached prefix.",
+            cache.hits,
+        ),
+        ("streamchat_prefix_cache_misses", "Admissions that found no cached prefix.", cache.misses),
+        (
+            "streamchat_prefix_cache_reused_tokens",
+            "Prompt tokens not prefilled thanks to the cache.",
+            cache.reused_tokens,
+        ),
+    ):
+        yield CounterMetricFamily(name, doc, value=value)
+    yield GaugeMetricFamily(
+        "streamchat_prefix_cache_entries", "Prefixes the cache holds.", value=cache.entries
+    )
+    yield GaugeMetricFamily(
+        "streamchat_prefix_cache_host_bytes",
+        "Host memory the cache's saved states take (ENGINE_PREFIX_CACHE_MB bounds it).",
+        value=cache.host_bytes,
+    )
 
 
 def backend_metrics(backends: tuple[BackendStats, ...]) -> Iterator[Metric]:

@@ -24,10 +24,12 @@ from app.engine.base import (
     EngineError,
     EngineStats,
     EngineUnavailableError,
+    PrefixCacheStats,
     SamplingParams,
 )
 from app.engine.chat_template import ChatTemplate
 from app.engine.detokenizer import IncrementalDetokenizer
+from app.engine.llamacpp.host_cache import HostPrefixCache
 from app.engine.llamacpp.loop import StepLoop
 from app.engine.llamacpp.model_files import resolve_model_path
 from app.engine.llamacpp.native import ContextConfig, NativeModel
@@ -50,14 +52,15 @@ class LlamaCppEngine(TableEngine[Sequence]):
         *,
         flash_attn: bool = True,
         prefix_cache: int = 8,
-        kv_unified: bool = True,
     ) -> None:
-        """`prefix_cache`: how many finished sequences keep their cells for reuse (0: none); they
-        keep at most an eighth of the KV pool (see `prefix_cache`)."""
+        """`prefix_cache`: how many finished sequences keep their cells for reuse in the unified
+        pool (0: none); they keep at most an eighth of it (see `prefix_cache`). With a stream
+        per sequence (`settings.kv_layout`), 0 turns the host-memory cache off and any other
+        number leaves it bounded by `settings.prefix_cache_mb` (see `host_cache`)."""
         super().__init__()
         self.settings = settings
         self._flash_attn = flash_attn
-        self._kv_unified = kv_unified
+        self._kv_unified = settings.kv_layout == "unified"
         self._model_path = resolve_model_path(settings.model_path)
         self._model_name = self._model_path.name.removesuffix(".gguf")
         self._context_size = settings.context_size or settings.kv_cells  # until the GGUF says
@@ -68,13 +71,19 @@ class LlamaCppEngine(TableEngine[Sequence]):
             max_seqs=settings.max_seqs,
             kv_cells=settings.kv_cells,
             max_step_tokens=settings.max_step_tokens,
-            cache_entries=prefix_cache,
+            cache_entries=prefix_cache if self._kv_unified else 0,
+            pool=self._kv_unified,
+        )
+        self._host_cache = (
+            None
+            if self._kv_unified
+            else HostPrefixCache(settings.prefix_cache_mb << 20 if prefix_cache else 0)
         )
         self._accepting = False
         self._pending: list[Sequence] = []  # generated this event-loop tick, not yet handed over
         self._n_handed = 0  # sequences handed to the loop thread (the event loop writes)
         clock = StepClock(stretch=settings.step_stretch, floor_s=settings.step_floor_ms / 1000)
-        self._steps = StepLoop(self._sched, clock, self.requests.deliver)
+        self._steps = StepLoop(self._sched, clock, self.requests.deliver, self._host_cache)
         self._kv_total = settings.kv_cells
 
     # --- Engine protocol -------------------------------------------------------------------------
@@ -100,9 +109,16 @@ class LlamaCppEngine(TableEngine[Sequence]):
         if self._steps.started:
             return
         self._loop = asyncio.get_running_loop()
+        if not self._kv_unified and self.settings.kv_cells // self.settings.max_seqs < 256:
+            raise EngineError(
+                "ENGINE_KV_LAYOUT=streams gives each of ENGINE_MAX_SEQS sequences "
+                "ENGINE_KV_CELLS / ENGINE_MAX_SEQS cells: "
+                f"{self.settings.kv_cells} / {self.settings.max_seqs} is under 256"
+            )
         config = ContextConfig(
             kv_cells=self.settings.kv_cells,
-            max_seqs=self._sched.n_seq_ids + 1,  # the last one is the pad token's
+            # unified: the last id is the pad token's; streams: pads use free streams
+            max_seqs=self._sched.n_seq_ids + (1 if self._kv_unified else 0),
             # llama.cpp reserves an output row per sequence id and aborts if n_batch is smaller
             batch_tokens=max(self._sched.max_step_tokens, self._sched.n_seq_ids) + 1,
             threads=self.settings.threads,
@@ -129,16 +145,18 @@ class LlamaCppEngine(TableEngine[Sequence]):
         # is free text with spaces, a poor id for /v1/models and OpenAI clients.
         # ENGINE_CONTEXT 0 (the default): what the model was trained on (GGUF n_ctx_train); one
         # sequence can never hold more than that, nor more than the KV pool (less a pad cell)
+        # (with a stream per sequence, its own stream less a cell for a pad row)
         wanted = self.settings.context_size or native.n_ctx_train
-        self._context_size = min(wanted, native.n_ctx - 1, native.n_ctx_train)
+        self._context_size = min(wanted, native.n_ctx_seq - 1, native.n_ctx_train)
         self._kv_total = native.n_ctx
         self._sched.kv_cells = native.n_ctx - 1  # a cell stays free for the pad token
         self._accepting = True
         self._steps.start(native, self._loop, self._opening(native, self._template))
         log.info(
-            "llama.cpp engine: %s, %d KV cells, %d seqs, steps up to %d tokens, %d threads",
+            "llama.cpp engine: %s, %d KV cells (%s), %d seqs, steps up to %d tokens, %d threads",
             self._model_path,
             native.n_ctx,
+            self.settings.kv_layout,
             self.settings.max_seqs,
             self._sched.max_step_tokens,
             self.settings.threads,
@@ -204,6 +222,8 @@ class LlamaCppEngine(TableEngine[Sequence]):
     def stats(self) -> EngineStats:
         counts = self._steps.counters
         in_inbox = max(self._n_handed - counts.taken, 0)
+        cache = self._host_cache or self._sched.cache
+        shared = sum(len(e.tokens) for e in cache.entries if e.shared)
         return EngineStats(
             running=counts.running,
             waiting=counts.waiting + len(self._pending) + in_inbox,
@@ -211,6 +231,13 @@ class LlamaCppEngine(TableEngine[Sequence]):
             kv_total=self._kv_total,
             steps=counts.steps,
             tokens_generated=counts.tokens_generated,
+            prefix_cache=PrefixCacheStats(
+                hits=cache.hits,
+                misses=cache.misses,
+                reused_tokens=cache.reused_tokens,
+                entries=len(cache.entries),
+                host_bytes=self._host_cache.bytes if self._host_cache is not None else 0,
+            ),
             extra={
                 "step_errors": counts.step_errors,
                 "last_step_s": counts.last_step_s,
@@ -218,11 +245,9 @@ class LlamaCppEngine(TableEngine[Sequence]):
                 "decode_seconds": counts.decode_s,
                 "sample_seconds": counts.sample_s,
                 "padded_steps": counts.padded_steps,
-                "prefix_cache_entries": len(self._sched.cache.entries),
+                "prefix_cache_entries": len(cache.entries),
                 "prefix_cache_cells": counts.cache_cells,
-                "prefix_reused_tokens": self._sched.cache.reused_tokens,
-                "prefix_shared_tokens": sum(
-                    len(e.tokens) for e in self._sched.cache.entries if e.shared
-                ),
+                "prefix_reused_tokens": cache.reused_tokens,
+                "prefix_shared_tokens": shared,
             },
         )

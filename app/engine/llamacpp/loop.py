@@ -34,10 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.engine.base import EngineEvent, FinishReason
+from app.engine.llamacpp.host_cache import HostPrefixCache
 from app.engine.llamacpp.native import EXACT_ROWS, PAD_TOKEN_POS, NativeModel
 from app.engine.llamacpp.sampling import TokenSampler
-from app.engine.llamacpp.scheduler import Scheduler, SeqState, Sequence
+from app.engine.llamacpp.scheduler import Chunk, Scheduler, SeqState, Sequence
 from app.engine.llamacpp.step_clock import StepClock
+from app.engine.llamacpp.stream_calls import plan_calls
 from app.engine.requests import RequestState
 
 log = logging.getLogger(__name__)
@@ -76,10 +78,19 @@ class StepCounters:
 class StepLoop:
     """Runs the scheduler's sequences on one `NativeModel`, in a thread of its own."""
 
-    def __init__(self, sched: Scheduler, clock: StepClock, deliver: Deliver) -> None:
+    def __init__(
+        self,
+        sched: Scheduler,
+        clock: StepClock,
+        deliver: Deliver,
+        host_cache: HostPrefixCache | None = None,
+    ) -> None:
         """`clock` sizes each step's prompt chunks; `deliver` takes each event on the event loop
-        (the engine's `RequestTable.deliver`)."""
+        (the engine's `RequestTable.deliver`). `host_cache`: a KV stream per sequence
+        (`sched.pool` False), its prefixes kept in host memory (`host_cache`); None: the unified
+        pool, its prefixes kept in the pool (`prefix_cache`)."""
         self._sched = sched
+        self._host = host_cache
         self._clock = clock
         self._deliver = deliver
         # one more sequence id, past the others, for the pad token of a one-token step
@@ -191,28 +202,23 @@ class StepLoop:
         sched = self._sched
         try:
             for seq in sched.admit(evict=lambda entry: native.forget(entry.seq_id)):
-                entry, reuse = sched.cache.lookup(
-                    seq.prompt, seq.owner, exact_only=seq.params.greedy
-                )
-                if entry is not None:
-                    native.share(entry.seq_id, seq.slot, reuse)
-                    seq.n_cached = reuse
-                    seq.exact = entry.exact
+                self._start_from_cache(native, seq)
                 seed = seq.params.seed if seq.params.seed is not None else random.getrandbits(32)
                 seq.sampler = TokenSampler(seq.params, seed)
             decoders = sched.decoders
             chunks = sched.plan(self._clock.prefill_budget(decoders, sched.max_step_tokens))
-            batch = native.batch
-            assert batch is not None
-            batch.clear()
-            for chunk in chunks:
-                seq = chunk.seq
-                last = batch.add_run(chunk.tokens, chunk.start, seq.slot, chunk.wants_logits)
-                seq.batch_index = last if chunk.wants_logits else -1
+            exact = any(c.seq.params.greedy for c in chunks)
             t1 = time.perf_counter()
-            if chunks and not self._decode(native, exact=any(c.seq.params.greedy for c in chunks)):
-                for chunk in chunks:
-                    chunk.seq.exact = False
+            if chunks:
+                if self._host is not None and exact:
+                    exact_done = self._decode_streams(native, chunks)
+                else:
+                    self._fill(native, chunks)
+                    # with streams, llama.cpp's own split may leave a lone row (`stream_calls`)
+                    exact_done = self._decode(native, exact=exact) and self._host is None
+                if not exact_done:
+                    for chunk in chunks:
+                        chunk.seq.exact = False
             t2 = time.perf_counter()
             now = time.time()
             logits = native.logits
@@ -234,17 +240,94 @@ class StepLoop:
             self._end_all(FinishReason.ERROR, f"engine step failed: {exc}")
             native.forget_all()
             sched.cache.clear()
-            self._prefill_opening(native)
+            if self._host is not None:
+                self._host.clear()  # the pinned opening is kept: its state is host memory
+            else:
+                self._prefill_opening(native)
         self.counters.steps += 1
         self._update_counters()
         self._publish()
         self.counters.last_step_s = step_s = time.perf_counter() - t0
         self.counters.step_s += step_s
 
+    def _start_from_cache(self, native: NativeModel, seq: Sequence) -> None:
+        """A newly admitted sequence takes the longest usable cached prefix of its prompt."""
+        greedy = seq.params.greedy
+        if self._host is not None:
+            saved, reuse = self._host.lookup(seq.prompt, seq.owner, exact_only=greedy)
+            if saved is not None:
+                native.restore_state(seq.slot, saved.state)
+                native.forget_from(seq.slot, reuse)
+                seq.n_cached, seq.exact = reuse, saved.exact
+            return
+        entry, reuse = self._sched.cache.lookup(seq.prompt, seq.owner, exact_only=greedy)
+        if entry is not None:
+            native.share(entry.seq_id, seq.slot, reuse)
+            seq.n_cached, seq.exact = reuse, entry.exact
+
+    def _fill(self, native: NativeModel, chunks: list[Chunk]) -> None:
+        """The step's batch as planned: each chunk's tokens in turn (slot order)."""
+        batch = native.batch
+        assert batch is not None
+        batch.clear()
+        for chunk in chunks:
+            seq = chunk.seq
+            last = batch.add_run(chunk.tokens, chunk.start, seq.slot, chunk.wants_logits)
+            seq.batch_index = last if chunk.wants_logits else -1
+
+    def _decode_streams(self, native: NativeModel, chunks: list[Chunk]) -> bool:
+        """An exact step with a KV stream per sequence, in the calls `stream_calls` lays out;
+        returns whether every graph was exact. A chunk may give its last token back (it goes
+        in the next step); pad rows are dropped again after the step."""
+        batch = native.batch
+        assert batch is not None
+        by_slot = {chunk.seq.slot: chunk for chunk in chunks}
+        layout = plan_calls(
+            {slot: len(c.tokens) for slot, c in by_slot.items()}, self._sched.max_seqs, EXACT_ROWS
+        )
+        for slot, n in layout.taken.items():
+            chunk = by_slot[slot]
+            if n < len(chunk.tokens):
+                del chunk.tokens[n:]
+                chunk.wants_logits = False
+                chunk.seq.last_chunk = n
+        running = {seq.slot: seq for seq in self._sched.running}
+        batch.clear()
+        slices, pads = [], []
+        for call in layout.calls:
+            start = len(batch)
+            for part in call:
+                if part.pad:
+                    other = running.get(part.slot)
+                    pos = other.n_cached if other is not None else 0
+                    batch.add_run([native.pad_token], pos, part.slot, False)
+                    pads.append((part.slot, pos))
+                    continue
+                chunk = by_slot[part.slot]
+                end = part.offset + part.n
+                wants = chunk.wants_logits and end == len(chunk.tokens)
+                index = batch.add_run(
+                    chunk.tokens[part.offset : end], chunk.start + part.offset, part.slot, wants
+                )
+                if end == len(chunk.tokens):
+                    chunk.seq.batch_index = index if wants else -1
+            slices.append((start, len(batch)))
+        if pads:
+            self.counters.padded_steps += 1
+        try:
+            native.decode(slices=slices)
+        finally:
+            for slot, pos in pads:
+                native.forget_from(slot, pos)
+        return layout.exact
+
     def _prefill_opening(self, native: NativeModel) -> None:
-        """Compute the shared opening's cells once, under its own sequence id, and pin them in the
-        prefix cache (see `prefix_cache`): from then on no prompt prefills it again."""
-        seq_id = self._sched.shared_seq_id
+        """Compute the shared opening's cells once and pin them in the prefix cache (see
+        `prefix_cache`): from then on no prompt prefills it again. In the unified pool they stay
+        under a sequence id of their own; with a stream per sequence, they are computed in slot
+        0 and kept as a saved state (`host_cache`)."""
+        host = self._host
+        seq_id = self._sched.shared_seq_id if host is None else 0
         if seq_id is None or len(self._opening) < 2:
             return
         batch = native.batch
@@ -253,11 +336,16 @@ class StepLoop:
         batch.add_run(self._opening, 0, seq_id, False)
         try:
             self._decode(native, exact=True)  # every greedy reply starts from these cells
+            state = native.save_state(seq_id) if host is not None else None
         except Exception:  # not worth failing for: prompts then prefill it themselves
             log.exception("could not prefill the chat template's opening")
             native.forget(seq_id)
             return
-        self._sched.cache.pin(seq_id, list(self._opening))
+        if host is not None and state is not None:
+            native.forget(seq_id)
+            host.pin(list(self._opening), state)
+        else:
+            self._sched.cache.pin(seq_id, list(self._opening))
 
     def _decode(self, native: NativeModel, *, exact: bool) -> bool:
         """Decode the step's batch; returns whether every graph was exact (see
@@ -321,10 +409,15 @@ class StepLoop:
 
     def _keep_for_reuse(self, native: NativeModel, seq: Sequence, slot: int) -> None:
         """Hand a finished sequence's cells to the prefix cache (before its own id lets go)."""
+        tokens = seq.cached_tokens()
+        host = self._host
+        if host is not None:
+            if host.wants(tokens, seq.owner, exact=seq.exact):
+                host.store(tokens, seq.owner, exact=seq.exact, state=native.save_state(slot))
+            return
         cache = self._sched.cache
         if not cache.seq_ids:
             return
-        tokens = seq.cached_tokens()
         plan = cache.plan_store(tokens, seq.owner, exact=seq.exact)
         if plan is None:
             return

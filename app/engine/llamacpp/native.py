@@ -121,8 +121,8 @@ def _check(rc: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ContextConfig:
-    kv_cells: int  # n_ctx: KV cells shared by all sequences (kv_unified)
-    max_seqs: int  # n_seq_max: distinct sequence ids (running ones + prefix-cache entries)
+    kv_cells: int  # n_ctx: KV cells in all (kv_unified: shared by every sequence)
+    max_seqs: int  # n_seq_max: distinct sequence ids (kv_unified False: one stream each)
     batch_tokens: int  # n_batch: the most tokens one step may submit
     threads: int  # n_threads and n_threads_batch
     flash_attn: bool
@@ -331,22 +331,27 @@ class NativeModel:
 
     # --- the loop thread's calls ----------------------------------------------------------------
 
-    def decode(self, max_rows: int | None = None) -> None:
+    def decode(
+        self, max_rows: int | None = None, slices: list[tuple[int, int]] | None = None
+    ) -> None:
         """Run the step batch through the model (releases the GIL while it computes).
 
         With `max_rows`, as consecutive graphs of at most that many rows and never one
-        (`exact_slices`, for `EXACT_ROWS`), each its own llama_decode; each graph's output rows are
-        copied out before the next decode overwrites llama.cpp's logits buffer."""
+        (`exact_slices`, for `EXACT_ROWS`); with `slices`, as exactly those consecutive ranges.
+        Each is its own llama_decode; each one's output rows are copied out before the next
+        decode overwrites llama.cpp's logits buffer."""
         batch = self.batch
         assert batch is not None
         batch.commit()
         self._copied = None
         n = len(batch)
-        if max_rows is None or n <= max_rows:
-            _check(C.llama_decode(self.ctx, batch.raw))
-            return
+        if slices is None:
+            if max_rows is None or n <= max_rows:
+                _check(C.llama_decode(self.ctx, batch.raw))
+                return
+            slices = exact_slices(n, max_rows)
         copied: dict[int, np.ndarray] = {}
-        for start, end in exact_slices(n, max_rows):
+        for start, end in slices:
             _check(C.llama_decode(self.ctx, batch.view(start, end)))
             for i in range(start, end):
                 if batch.outputs[i]:
@@ -374,6 +379,40 @@ class NativeModel:
     def forget(self, seq_id: int) -> None:
         """Drop every KV cell of one sequence, so the cells serve others from the next step."""
         C.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def forget_from(self, seq_id: int, pos: int) -> None:
+        """Drop one sequence's cells from position `pos` on (a reused prefix's tail, a pad)."""
+        C.llama_memory_seq_rm(self.memory, seq_id, pos, -1)
+
+    # With a KV stream per sequence (`ContextConfig.kv_unified` False) cells cannot be shared
+    # across sequences by tagging (llama_memory_seq_cp copies whole streams: src/llama-kv-cache.cpp,
+    # `seq_cp`), so a prefix is kept in host memory as llama.cpp's own sequence state, as
+    # llama-server's `--cache-ram` does (tools/server/server-context.cpp).
+
+    def save_state(self, seq_id: int) -> bytearray:
+        """One sequence's KV cells (positions and K/V rows), as llama.cpp serialises them."""
+        size = C.llama_state_seq_get_size(self.ctx, seq_id)
+        state = bytearray(size)
+        written = C.llama_state_seq_get_data(
+            self.ctx, (ctypes.c_uint8 * size).from_buffer(state), size, seq_id
+        )
+        if written == 0:
+            raise DecodeError(f"could not save sequence {seq_id}'s state")
+        return state if written == size else state[:written]
+
+    def restore_state(self, seq_id: int, state: bytearray) -> None:
+        """Replace a sequence's cells with a saved state (`save_state`, same model and context)."""
+        n = len(state)
+        if (
+            C.llama_state_seq_set_data(self.ctx, (ctypes.c_uint8 * n).from_buffer(state), n, seq_id)
+            == 0
+        ):
+            raise DecodeError(f"could not restore a saved state into sequence {seq_id}")
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Cells one sequence may hold: the whole pool, or its own stream's."""
+        return C.llama_n_ctx_seq(self.ctx)
 
     def forget_all(self) -> None:
         C.llama_memory_clear(self.memory, True)

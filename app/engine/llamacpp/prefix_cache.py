@@ -78,6 +78,8 @@ class PrefixCache:
     max_cells: int = 1 << 30  # evict least recently used entries beyond this many cells
     entries: list[Entry] = field(default_factory=list)
     reused_tokens: int = 0  # prefill tokens saved since start
+    hits: int = 0  # lookups that found a prefix to reuse
+    misses: int = 0
     _clock: int = 0
 
     @property
@@ -117,9 +119,11 @@ class PrefixCache:
                 best, best_len = entry, n
         best_len = min(best_len, len(prompt) - 1)
         if best is None or best_len < MIN_REUSE:
+            self.misses += 1
             return None, 0
         self._clock += 1
         best.last_used = self._clock
+        self.hits += 1
         self.reused_tokens += best_len
         return best, best_len
 

@@ -119,9 +119,13 @@ class Scheduler:
         max_step_tokens: int,
         cache_entries: int = 0,
         cache_cells: int | None = None,
+        pool: bool = True,
     ) -> None:
-        """`max_step_tokens`: the most tokens one step may hold (decodes and prompt chunks)."""
+        """`max_step_tokens`: the most tokens one step may hold (decodes and prompt chunks).
+        `pool` False: each sequence has a KV stream of its own, which its capped reply always
+        fits (`reply_room`), so a free slot is all admission needs and `kv_cells` is unused."""
         self.max_seqs = max_seqs
+        self.pool = pool
         self.kv_cells = kv_cells
         self.max_step_tokens = max(max_step_tokens, max_seqs + MIN_PREFILL)
         self.waiting: FairQueue[Sequence] = FairQueue(lambda seq: seq.owner)
@@ -147,6 +151,8 @@ class Scheduler:
         return sum(1 for seq in self.running if not seq.prefilling)
 
     def _short(self, seq: Sequence) -> int:
+        if not self.pool:
+            return 0
         return self.kv_reserved + self.cache.cells + seq.kv_reserve - self.kv_cells
 
     def admit(self, evict: Callable[[Entry], None] = lambda _: None) -> Iterator[Sequence]:
@@ -195,7 +201,6 @@ class Scheduler:
                 prefilling.append(seq)
             else:
                 chunks.append(Chunk(seq, [seq.next_token], seq.n_cached, True))
-        chunks.sort(key=lambda chunk: chunk.seq.slot)  # decode tokens in slot order (see above)
         budget = min(prefill_budget, self.max_step_tokens - len(chunks))
         decoding = bool(chunks)
         for seq in prefill_order(prefilling):
@@ -210,6 +215,7 @@ class Scheduler:
                 Chunk(seq, seq.prompt[seq.n_cached : end], seq.n_cached, end == len(seq.prompt))
             )
             budget -= take
+        chunks.sort(key=lambda chunk: chunk.seq.slot)  # in slot order (see `_free_slots`)
         return chunks
 
     @property
