@@ -327,7 +327,7 @@ class StepLoop:
         under a sequence id of their own; with a stream per sequence, they are computed in slot
         0 and kept as a saved state (`host_cache`)."""
         host = self._host
-        seq_id = self._sched.shared_seq_id if host is None else 0
+        seq_id = self._sched.shared_seq_id if host is None else (0 if host.max_bytes else None)
         if seq_id is None or len(self._opening) < 2:
             return
         batch = native.batch
