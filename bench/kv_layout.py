@@ -1,13 +1,15 @@
-"""The llama.cpp engine's KV layout: one unified pool against a stream per sequence (issue 25, item 1).
+"""The llama.cpp engine's KV layouts side by side: one unified pool against a stream per sequence.
 
-    .venv/bin/python bench/kv_layout.py [--levels 8,32] [--max-tokens 128] [--reps 2]
+    .venv/bin/python bench/kv_layout.py [--levels 1,8,32] [--max-tokens 128] [--reps 2] [--greedy]
 
-Each repetition runs, for each level N, N sampled requests at once on two engines built in turn
-(alternating which goes first): `kv_unified` on (the engine's layout: any sequence in any cell;
-llama.cpp then cuts a step with `split_simple`) and off (a stream of `n_ctx / n_seq_max` cells
-per sequence id; llama.cpp cuts with `split_equal(sequential)`, which keeps only consecutive
-sequence ids in one ubatch: src/llama-batch.cpp). The prefix cache is off in both (its entries
-would each need a whole stream). Aggregate completion tokens over wall time, and the step gap.
+Each repetition runs, for each level N, N requests at once (sampled at temperature 0.7 with
+min-p 0.05, or greedy) on two engines built in turn (alternating which goes first), each as an
+operator would set it up for N streams: `ENGINE_KV_LAYOUT=unified` (any sequence in any cell,
+16,384 cells; llama.cpp cuts a step with `split_simple`, and its prefix cache shares cells in the
+pool) and `ENGINE_KV_LAYOUT=streams` (a stream of 2,048 cells per sequence, as llama-server's
+`--parallel N --ctx-size N*2048`; llama.cpp cuts with `split_equal(sequential)`, and its prefix
+cache keeps saved states in host memory). Both caches on. Aggregate completion tokens over wall
+time, and the step gap.
 """
 
 from __future__ import annotations
@@ -24,17 +26,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.settings import EngineSettings
 from bench.engine_throughput import requests
 
+STREAM_CELLS = 2048
 
-async def one_run(unified: bool, n: int, max_tokens: int, tag: str) -> tuple[float, float, int]:
+
+async def one_run(
+    unified: bool, n: int, max_tokens: int, tag: str, greedy: bool
+) -> tuple[float, float, int]:
     from app.engine.base import Finished, SamplingParams, TextDelta
     from app.engine.llamacpp.engine import LlamaCppEngine
 
-    engine = LlamaCppEngine(
-        EngineSettings(max_seqs=n, kv_cells=16384), prefix_cache=0, kv_unified=unified
+    settings = (
+        EngineSettings(max_seqs=max(n, 2), kv_cells=16384, kv_layout="unified")
+        if unified
+        else EngineSettings(
+            max_seqs=max(n, 2), kv_cells=max(n, 2) * STREAM_CELLS, kv_layout="streams"
+        )
     )
+    engine = LlamaCppEngine(settings)
     await engine.start()
     try:
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=1, min_p=0.05)
+        params = (
+            SamplingParams(max_tokens=max_tokens, temperature=0.0)
+            if greedy
+            else SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=1, min_p=0.05)
+        )
         gaps: list[float] = []
 
         async def reply(i: int, messages: list[dict[str, str]]) -> Finished:
@@ -64,13 +79,14 @@ async def main() -> None:
     parser.add_argument("--levels", default="8,32")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--greedy", action="store_true", help="greedy replies (exact steps)")
     args = parser.parse_args()
     results: dict[tuple[int, bool], list[tuple[float, float, int]]] = {}
     for rep in range(args.reps):
         for n in (int(x) for x in args.levels.split(",")):
             order = (True, False) if (rep + n) % 2 == 0 else (False, True)
             for unified in order:
-                figures = await one_run(unified, n, args.max_tokens, f"{rep}.{n}")
+                figures = await one_run(unified, n, args.max_tokens, f"{rep}.{n}", args.greedy)
                 results.setdefault((n, unified), []).append(figures)
                 layout = "unified" if unified else "streams"
                 print(

@@ -153,7 +153,13 @@ class Stream:
         return [(b - a) * 1000 for a, b in zip(self.chunks, self.chunks[1:], strict=False)]
 
 
-async def stream_chat(client: httpx.AsyncClient, target: Target, body: dict[str, Any]) -> Stream:
+async def stream_chat(
+    client: httpx.AsyncClient,
+    target: Target,
+    body: dict[str, Any],
+    texts: list[str] | None = None,
+) -> Stream:
+    """One streamed completion; its text pieces go to `texts` if given."""
     out = Stream(sent=time.perf_counter())
     try:
         async with client.stream(
@@ -173,8 +179,10 @@ async def stream_chat(client: httpx.AsyncClient, target: Target, body: dict[str,
                 if "error" in chunk:
                     out.error = str(chunk["error"])[:200]
                 for choice in chunk.get("choices") or ():
-                    if (choice.get("delta") or {}).get("content"):
+                    if content := (choice.get("delta") or {}).get("content"):
                         out.chunks.append(now)
+                        if texts is not None:
+                            texts.append(content)
                     out.finish = choice.get("finish_reason") or out.finish
                 if usage := chunk.get("usage"):
                     out.completion_tokens = usage.get("completion_tokens")
