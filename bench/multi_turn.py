@@ -205,6 +205,7 @@ def main() -> int:
         "ENGINE_MAX_SEQS": str(SLOTS),
         "ENGINE_KV_CELLS": str(SLOTS * SLOT_CONTEXT),
         "SIGNUP_MODE": "open",
+        "SIGNUP_MAX_PER_ADDRESS": "1000",  # every user signs up from this one address
         "DATA_DIR": str(work),
         "DATABASE_URL": sqlite_url(work),
         **dict(item.split("=", 1) for item in args.app_env),

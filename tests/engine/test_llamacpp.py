@@ -27,7 +27,7 @@ from app.engine.llamacpp.engine import LlamaCppEngine
 from app.engine.llamacpp.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
 from app.engine.llamacpp.native import EXACT_ROWS, exact_slices
 from app.engine.llamacpp.prefix_cache import PrefixCache, common_prefix_len
-from app.engine.llamacpp.scheduler import FIRST_CHUNK, Scheduler, Sequence
+from app.engine.llamacpp.scheduler import FIRST_CHUNK, WHOLE_REST, Scheduler, Sequence
 from app.engine.llamacpp.step_clock import MIN_PREFILL, StepClock
 from app.settings import EngineSettings
 from tests.engine.streams import collect
@@ -249,6 +249,38 @@ def test_step_clock_follows_a_slower_machine() -> None:
     steady = clock.steady_s(8)
     assert steady is not None and abs(steady - 0.160) < 0.005
     assert 76 <= clock.prefill_budget(decoders=8, capacity=1024) <= 81  # 160 ms / 2 ms a token
+
+
+def test_step_clock_knows_a_step_has_a_fixed_part() -> None:
+    """A step costs less per stream the more streams share it. The clock keeps a decode-only
+    step per stream count: one stream's 9 ms step does not make 32 streams' step 288 ms (it is
+    148), which would let in prompt chunks tripling their gaps instead of doubling them."""
+    clock = StepClock(stretch=2.0, floor_s=0.0)
+    for _ in range(10):
+        clock.record(decoders=1, prompt_tokens=0, seconds=0.009)
+        clock.record(decoders=32, prompt_tokens=0, seconds=0.148)
+    assert clock.steady_s(32) == pytest.approx(0.148)
+    assert clock.steady_s(16) == pytest.approx(0.074)  # from the nearest count above
+    # only fewer measured: scaled up (too high), then bounded by the first mixed step
+    clock = StepClock(stretch=2.0, floor_s=0.0)
+    clock.record(decoders=1, prompt_tokens=0, seconds=0.009)
+    assert clock.steady_s(32) == pytest.approx(0.288)
+    clock.record(decoders=32, prompt_tokens=32, seconds=0.200)
+    assert clock.steady_s(32) == pytest.approx(0.100)  # the step split by tokens
+    assert clock.prefill_budget(decoders=32, capacity=1024) < 100
+
+
+def test_a_short_rest_of_a_prompt_goes_in_whole_beside_decoders() -> None:
+    """A new turn after a prefix-cache hit leaves a few dozen tokens to prefill: they go in one
+    step when the budget allows, not 16 + 32 + the rest (three steps before the first token)."""
+    turn = _seq("turn", 600, 10)
+    sched = admitted_with_decoders([_seq("d", 4, 50)], turn, max_seqs=4)
+    turn.n_cached = 600 - WHOLE_REST
+    assert len(sched.plan(prefill_budget=1000)[-1].tokens) == WHOLE_REST
+    turn.n_cached, turn.last_chunk = 600 - WHOLE_REST - 1, 0  # longer: the slow start
+    assert len(sched.plan(prefill_budget=1000)[-1].tokens) == FIRST_CHUNK
+    turn.n_cached = 600 - 60
+    assert len(sched.plan(prefill_budget=40)[-1].tokens) == 40  # still within the budget
 
 
 def test_prefix_cache_bookkeeping() -> None:

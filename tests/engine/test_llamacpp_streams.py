@@ -71,7 +71,7 @@ async def test_greedy_replies_over_long_prompts_match_each_alone(engine: LlamaCp
             for i, p in enumerate(prompts)
         )
     )
-    for i, ((text, _, fin), (again, _, fin2)) in enumerate(zip(alone, together, strict=True)):
+    for i, ((text, _, fin), (again, _, _)) in enumerate(zip(alone, together, strict=True)):
         assert fin.prompt_tokens > 512 and fin.completion_tokens == 150
         assert again == text, f"prompt {i} differs when batched"
     assert len({text for text, _, _ in alone}) == len(prompts)

@@ -13,15 +13,17 @@ time, not tokens:
   allows (`capacity`), the way llama.cpp's own server prefills a burst.
 
 What a step costs is learnt as the engine runs (exponential averages, so a busier machine or a
-longer context is caught within a few steps): the decode-only step per running stream, and the
-extra cost of one prompt token measured on steps that carried both. Until the first measurement
+longer context is caught within a few steps): the decode-only step for each number of running
+streams seen (a step has a fixed part, so one stream's cost times 32 overstates 32 streams' step:
+measured 9 against 4.6 ms a stream, and the prompt chunks it let in tripled the gaps of a
+32-stream burst), and the extra cost of one prompt token measured on steps that carried both. Until the first measurement
 a prompt token is assumed to cost what a decode token does. The clock is plain arithmetic with no
 llama.cpp in it, so the policy can be read and tested on its own (tests/engine/test_llamacpp.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MIN_PREFILL = 8  # tokens a step always gives waiting prompts (the old fixed budget gave 8 beside 8)
 
@@ -31,33 +33,46 @@ class StepClock:
     stretch: float = 2.0  # a step with prompt chunks may last this many decode-only steps ...
     floor_s: float = 0.1  # ... or this long, whichever is longer
     smoothing: float = 0.3  # weight of the newest step in the averages
-    per_decoder_s: float | None = None  # a decode-only step's seconds, per running stream
+    decode_s: dict[int, float] = field(default_factory=dict)  # decode-only step, by decoders
     per_prompt_token_s: float | None = None  # what one prompt token adds to a step
 
     def steady_s(self, decoders: int) -> float | None:
-        """The expected decode-only step with `decoders` running (None until measured)."""
-        return None if self.per_decoder_s is None else self.per_decoder_s * decoders
+        """The expected decode-only step with `decoders` running (None until measured): as
+        measured with that many, else scaled from the nearest count measured, one above where
+        there is (scaling up from fewer overstates it)."""
+        measured = self.decode_s
+        if not measured:
+            return None
+        if (seconds := measured.get(decoders)) is not None:
+            return seconds
+        above = [n for n in measured if n > decoders]
+        nearest = min(above) if above else max(measured)
+        return measured[nearest] * decoders / nearest
 
     def prefill_budget(self, decoders: int, capacity: int) -> int:
         """Prompt tokens the next step may carry beside `decoders` decode tokens."""
         room = capacity - decoders
-        if decoders == 0 or self.per_decoder_s is None:
+        steady = self.steady_s(decoders) if decoders else None
+        if steady is None:
             return room  # nobody to stall (or nothing learnt yet: the first steps teach it)
-        steady = self.per_decoder_s * decoders
         spare = max(self.stretch * steady, self.floor_s) - steady
-        per_token = self.per_prompt_token_s or self.per_decoder_s
+        per_token = self.per_prompt_token_s or steady / decoders
         return max(MIN_PREFILL, min(room, int(spare / per_token)))
 
     def record(self, decoders: int, prompt_tokens: int, seconds: float) -> None:
         """Learn from one step: `decoders` decode tokens and `prompt_tokens` took `seconds`."""
         if prompt_tokens == 0:
             if decoders:
-                self.per_decoder_s = self._mix(self.per_decoder_s, seconds / decoders)
+                self.decode_s[decoders] = self._mix(self.decode_s.get(decoders), seconds)
             return
-        steady = self.steady_s(decoders)
-        if decoders and steady is None:
+        steady = self.steady_s(decoders) if decoders else 0.0
+        if steady is None:
             return  # cannot split this step's time between the two kinds of tokens yet
-        extra = seconds - (steady or 0.0)
+        if steady >= seconds and decoders not in self.decode_s:
+            # the decode-only step was overstated (scaled up from fewer streams): this step
+            # bounds it; split it by tokens until a decode-only step of this many is measured
+            steady = self.decode_s[decoders] = seconds * decoders / (decoders + prompt_tokens)
+        extra = seconds - steady
         # a noisy decode estimate may exceed the step itself: count such a step as a cheap one
         sample = max(extra, 0.1 * seconds) / prompt_tokens
         self.per_prompt_token_s = self._mix(self.per_prompt_token_s, sample)
