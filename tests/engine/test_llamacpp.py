@@ -156,13 +156,13 @@ def admitted_with_decoders(decoders: list[Sequence], prompt: Sequence, max_seqs:
 
 
 def test_plan_decodes_everyone_and_chunks_prefill_within_budget() -> None:
-    long = _seq("long", 100, 10)
+    long = _seq("long", 300, 10)  # past WHOLE_REST: the clock's budget holds
     sched = admitted_with_decoders([_seq(f"d{i}", 4, 50) for i in range(6)], long, max_seqs=8)
     assert sched.decoders == 6
     plan = sched.plan(prefill_budget=10)
     assert [len(c.tokens) for c in plan] == [1] * 6 + [10]
     assert all(c.wants_logits for c in plan[:6]) and not plan[-1].wants_logits
-    long.n_cached = 95
+    long.n_cached = 295
     assert sched.plan(prefill_budget=10)[-1].wants_logits  # the final chunk samples the first token
 
 
@@ -272,7 +272,8 @@ def test_step_clock_knows_a_step_has_a_fixed_part() -> None:
 
 def test_a_short_rest_of_a_prompt_goes_in_whole_beside_decoders() -> None:
     """A new turn after a prefix-cache hit leaves a few dozen tokens to prefill: they go in one
-    step when the budget allows, not 16 + 32 + the rest (three steps before the first token)."""
+    step, not 16 + 32 + the rest (three steps before the first token), even past the step
+    clock's budget when it is the prompt due first."""
     turn = _seq("turn", 600, 10)
     sched = admitted_with_decoders([_seq("d", 4, 50)], turn, max_seqs=4)
     turn.n_cached = 600 - WHOLE_REST
@@ -280,7 +281,9 @@ def test_a_short_rest_of_a_prompt_goes_in_whole_beside_decoders() -> None:
     turn.n_cached, turn.last_chunk = 600 - WHOLE_REST - 1, 0  # longer: the slow start
     assert len(sched.plan(prefill_budget=1000)[-1].tokens) == FIRST_CHUNK
     turn.n_cached = 600 - 60
-    assert len(sched.plan(prefill_budget=40)[-1].tokens) == 40  # still within the budget
+    assert len(sched.plan(prefill_budget=40)[-1].tokens) == 60  # past the clock's budget
+    turn.n_cached, turn.last_chunk = 0, 0
+    assert len(sched.plan(prefill_budget=40)[-1].tokens) == FIRST_CHUNK  # a long one: within it
 
 
 def test_prefix_cache_bookkeeping() -> None:

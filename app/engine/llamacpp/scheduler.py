@@ -43,8 +43,10 @@ from app.engine.requests import RequestState
 # would stall everyone (measured: a 1,500-token prompt's first chunk made one 9x gap).
 FIRST_CHUNK = 16
 # ... unless what is left of it is this short: a new turn after a prefix-cache hit, or a short
-# question, then goes in whole when the budget allows (three slow-start steps would triple its
-# time to first token: measured 478 against llama-server's 298 ms p50 in bench/multi_turn.py).
+# question, goes in whole, and the prompt due first gets that much even past the step clock's
+# budget (as llama-server takes a whole prompt in a step). Slow-start steps or a budget cut
+# would double or triple its time to first token (bench/multi_turn.py: 478 against
+# llama-server's 298 ms p50 for later turns); the cost is one step at most ~2x longer.
 WHOLE_REST = 128
 
 
@@ -206,9 +208,12 @@ class Scheduler:
                 prefilling.append(seq)
             else:
                 chunks.append(Chunk(seq, [seq.next_token], seq.n_cached, True))
-        budget = min(prefill_budget, self.max_step_tokens - len(chunks))
         decoding = bool(chunks)
-        for seq in prefill_order(prefilling):
+        order = prefill_order(prefilling)
+        if order and (head_rest := len(order[0].prompt) - order[0].n_cached) <= WHOLE_REST:
+            prefill_budget = max(prefill_budget, head_rest)
+        budget = min(prefill_budget, self.max_step_tokens - len(chunks))
+        for seq in order:
             if budget <= 0:
                 break
             rest = len(seq.prompt) - seq.n_cached
