@@ -10,8 +10,11 @@ temperature 0.8, and greedy) and for ~1,000-token prompts. Each request's text s
 tag, so no prompt is a cache hit beyond the chat template's opening (on either server).
 
 - this app: uvicorn in its own process (bench/serving_overhead.py's `Server`), ENGINE=llamacpp,
-  ENGINE_THREADS=2, its other engine settings at their defaults (see app/settings.py: 64
-  sequence ids, 16,384 KV cells, chunked prefill by time), one user with an API key and the per-user reply cap lifted
+  ENGINE_THREADS=2, set up as llama-server is: a KV stream per sequence with as many sequences
+  and cells (ENGINE_KV_LAYOUT=streams, ENGINE_MAX_SEQS = the largest level, ENGINE_KV_CELLS =
+  that x 2,048); `--app-layout unified` runs its default layout instead (one pool of 16,384
+  cells, 64 sequence ids). Its other engine settings at their defaults (chunked prefill by time,
+  prefix cache), one user with an API key and the per-user reply cap lifted
   (MAX_REPLIES_PER_USER=0: every stream is that user's); a fresh SQLite database.
 - llama-server: built once from the installed llama-cpp-python's own llama.cpp source
   (tests/llama_cpp_build.py, cached in ~/.cache/streamchat), `--parallel` = the largest level,
@@ -458,6 +461,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--llama-arg", action="append", default=[], metavar="ARG", help="extra llama-server arg"
     )
+    p.add_argument(
+        "--app-layout",
+        choices=("streams", "unified"),
+        default="streams",
+        help="the app's KV layout: llama-server's (streams), or the app's default (unified)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (server logs)")
     args = p.parse_args(argv)
     if args.quick:
@@ -492,6 +501,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     app_env = {
         "ENGINE": "llamacpp",
         "ENGINE_THREADS": str(THREADS),
+        **(
+            {
+                "ENGINE_KV_LAYOUT": "streams",
+                "ENGINE_MAX_SEQS": str(max(most, 2)),
+                "ENGINE_KV_CELLS": str(max(most, 2) * SLOT_CONTEXT),
+            }
+            if args.app_layout == "streams"
+            else {}
+        ),
         "DATA_DIR": str(work),
         "DATABASE_URL": sqlite_url(work),
         **dict(item.split("=", 1) for item in args.app_env),
