@@ -286,6 +286,24 @@ def test_a_short_rest_of_a_prompt_goes_in_whole_beside_decoders() -> None:
     assert len(sched.plan(prefill_budget=40)[-1].tokens) == FIRST_CHUNK  # a long one: within it
 
 
+def test_with_a_stream_per_sequence_one_prompt_is_cut_per_step() -> None:
+    """llama.cpp computes each stream's share of a step in graphs of its own, so beside a prompt
+    only partly taken, another long one waits for the next step (a short one still joins whole);
+    the unified pool takes both in one graph."""
+    for pool, expected in ((True, [1, 16, 16, 8]), (False, [1, 16, 8])):
+        sched = Scheduler(max_seqs=8, kv_cells=10_000, max_step_tokens=1024, pool=pool)
+        decoder, first, second, short = (
+            _seq("d", 4, 50),
+            _seq("a", 300, 10),
+            _seq("b", 300, 10),
+            _seq("c", 8, 10),
+        )
+        sched.waiting.extend([decoder, first, second, short])
+        list(sched.admit())
+        decoder.n_cached, decoder.next_token = 4, 7
+        assert [len(c.tokens) for c in sched.plan(prefill_budget=40)] == expected, pool
+
+
 def test_prefix_cache_bookkeeping() -> None:
     cache = PrefixCache([8, 9])
     assert common_prefix_len(list(range(200)), [*range(150), 7]) == 150

@@ -213,10 +213,16 @@ class Scheduler:
         if order and (head_rest := len(order[0].prompt) - order[0].n_cached) <= WHOLE_REST:
             prefill_budget = max(prefill_budget, head_rest)
         budget = min(prefill_budget, self.max_step_tokens - len(chunks))
+        partial = False  # a prompt only partly taken this step
         for seq in order:
             if budget <= 0:
                 break
             rest = len(seq.prompt) - seq.n_cached
+            if partial and not self.pool and rest > budget:
+                # with a stream per sequence llama.cpp computes each prompt's part of a step in
+                # graphs of its own (`split_equal`: as many tokens of each sequence in a ubatch),
+                # so a second partial prompt costs a pass over the weights for a few tokens
+                break
             take = min(rest, budget)
             if decoding and rest > WHOLE_REST:  # slow start: what a token costs deep in a long
                 take = min(take, max(FIRST_CHUNK, 2 * seq.last_chunk))  # prompt is learnt first
@@ -226,6 +232,7 @@ class Scheduler:
                 Chunk(seq, seq.prompt[seq.n_cached : end], seq.n_cached, end == len(seq.prompt))
             )
             budget -= take
+            partial = partial or take < rest
         chunks.sort(key=lambda chunk: chunk.seq.slot)  # in slot order (see `_free_slots`)
         return chunks
 
