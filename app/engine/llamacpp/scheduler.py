@@ -222,7 +222,7 @@ class Scheduler:
                 # with a stream per sequence llama.cpp computes each prompt's part of a step in
                 # graphs of its own (`split_equal`: as many tokens of each sequence in a ubatch),
                 # so a second partial prompt costs a pass over the weights for a few tokens
-                break
+                continue
             take = min(rest, budget)
             if decoding and rest > WHOLE_REST:  # slow start: what a token costs deep in a long
                 take = min(take, max(FIRST_CHUNK, 2 * seq.last_chunk))  # prompt is learnt first
