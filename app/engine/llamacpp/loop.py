@@ -6,10 +6,12 @@ Shape of the loop (one iteration = one step = one `llama_decode`, or a few for a
                                     across a step; the sequences are this thread's alone)
     admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
                                     a cached prefix of the owner's own earlier prompts is shared,
-                                    not prefilled again)
+                                    not prefilled again: in the pool, `prefix_cache`; with a
+                                    stream per sequence, restored from host memory, `host_cache`)
     build ONE batch                (a decode token per running sequence + prompt chunks, as many as
                                     the step clock allows: `step_clock`; exact graphs when a
-                                    greedy sequence is in it: see `StepLoop._decode`)
+                                    greedy sequence is in it: see `StepLoop._decode`, and
+                                    `_decode_streams` for a stream per sequence)
     llama_decode                   (the GIL is released: the event loop keeps serving meanwhile)
     sample per sequence            (numpy over llama.cpp's logits rows: `sampling`)
     detokenise, check stop/EOS/length, free finished sequences' KV cells at once
