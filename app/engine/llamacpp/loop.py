@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from app.engine.base import EngineEvent, FinishReason
 from app.engine.llamacpp.host_cache import HostPrefixCache
-from app.engine.llamacpp.native import EXACT_ROWS, PAD_TOKEN_POS, NativeModel
+from app.engine.llamacpp.native import EXACT_ROWS, PAD_TOKEN_POS, DecodeError, NativeModel
 from app.engine.llamacpp.sampling import TokenSampler
 from app.engine.llamacpp.scheduler import Chunk, Scheduler, SeqState, Sequence
 from app.engine.llamacpp.step_clock import StepClock
@@ -258,7 +258,12 @@ class StepLoop:
         if self._host is not None:
             saved, reuse = self._host.lookup(seq.prompt, seq.owner, exact_only=greedy)
             if saved is not None:
-                native.restore_state(seq.slot, saved.state)
+                try:
+                    native.restore_state(seq.slot, saved.state)
+                except DecodeError:  # not worth failing the request for: it prefills it all
+                    log.exception("could not restore a cached prefix")
+                    native.forget(seq.slot)
+                    return
                 native.forget_from(seq.slot, reuse)
                 seq.n_cached, seq.exact = reuse, saved.exact
             return
@@ -415,7 +420,12 @@ class StepLoop:
         host = self._host
         if host is not None:
             if host.wants(tokens, seq.owner, exact=seq.exact):
-                host.store(tokens, seq.owner, exact=seq.exact, state=native.save_state(slot))
+                try:
+                    state = native.save_state(slot)
+                except DecodeError:  # the reply is done all the same; only the cache misses it
+                    log.exception("could not save a finished sequence's state")
+                    return
+                host.store(tokens, seq.owner, exact=seq.exact, state=state)
             return
         cache = self._sched.cache
         if not cache.seq_ids:
