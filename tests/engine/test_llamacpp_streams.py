@@ -146,3 +146,23 @@ async def test_the_cache_stays_within_its_bytes() -> None:
         assert 2 <= stats.entries < 7  # the opening and the newest ones
     finally:
         await eng.shutdown()
+
+
+@module_loop
+async def test_a_saved_state_that_will_not_restore_costs_a_prefill_not_the_reply(
+    engine: LlamaCppEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp refuses a state it cannot read (llama_state_seq_set_data returns 0): the
+    request prefills its whole prompt instead and its reply is the one a cached prefix gives."""
+    params = SamplingParams(max_tokens=12, temperature=0.0)
+    question = chat("What do owls eat at night?")
+    expected, _, _ = await collect(engine.generate("owl-1", question, params, owner="olga"))
+    host = engine._host_cache  # the engine's own cache: the one place to break a saved state
+    assert host is not None
+    for entry in host.entries:
+        if entry.owner == "olga":
+            del entry.state[64:]
+    again, _, fin = await collect(engine.generate("owl-2", question, params, owner="olga"))
+    assert fin.reason in (FinishReason.LENGTH, FinishReason.STOP)
+    assert again == expected
+    assert "could not restore a cached prefix" in caplog.text
