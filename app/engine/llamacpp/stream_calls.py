@@ -43,6 +43,8 @@ class Part:
 
 @dataclass(slots=True)
 class Layout:
+    """One exact step: its llama_decode calls in order, each a list of parts in batch order."""
+
     calls: list[list[Part]]
     taken: dict[int, int]  # tokens each slot's chunk takes this step (a chunk may give one back)
     exact: bool  # False if a lone row found no partner (then its graph may differ)
@@ -93,9 +95,8 @@ def plan_calls(chunks: dict[int, int], n_slots: int, max_rows: int) -> Layout:
             changed = True
             break
 
-    calls = [[Part(s, -1 if s in pads else 0, 1) for s in sorted(singles())]]
-    if not calls[0]:
-        calls.clear()
+    single_rows = [Part(s, -1 if s in pads else 0, 1) for s in sorted(singles())]
+    calls = [single_rows] if single_rows else []
     for slot in sorted(s for s, n in taken.items() if n >= 2):
         first = 1 if slot in heads else 0
         for a, b in exact_slices(taken[slot] - first, max_rows):
