@@ -39,18 +39,15 @@ import httpx
 from serving_overhead import (
     ROOT,
     Server,
-    csrf,
     fmt,
     median,
-    new_client,
     pct,
     print_table,
     ratio,
     run_loop,
-    signup,
     sqlite_url,
 )
-from vs_llama_server import SLOT_CONTEXT, THREADS, Stream, Target, stream_chat
+from vs_llama_server import SLOT_CONTEXT, THREADS, Stream, Target, app_target, stream_chat
 
 sys.path.insert(0, str(ROOT))
 
@@ -81,18 +78,7 @@ FOLLOW_UPS = (
 
 async def user_targets(server: Server, users: int) -> list[Target]:
     """One signed-up user with an API key per conversation (each an owner of its own cache)."""
-    targets = []
-    for _ in range(users):
-        async with new_client(server.url) as client:
-            await signup(client)
-            key = await client.post("/api/keys", json={"name": "bench"}, headers=csrf(client))
-            key.raise_for_status()
-            headers = {"Authorization": f"Bearer {key.json()['secret']}"}
-            models = await client.get("/v1/models", headers=headers)
-            models.raise_for_status()
-        model = models.json()["data"][0]["id"]
-        targets.append(Target("app", f"{server.url}/v1", headers, model))
-    return targets
+    return [await app_target(server) for _ in range(users)]
 
 
 async def conversation(

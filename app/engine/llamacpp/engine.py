@@ -6,8 +6,8 @@
         ...
 
 Loading: the GGUF file, its chat template and llama.cpp's context, sized from the settings: one
-KV pool every sequence shares, or a stream per sequence (`ENGINE_KV_LAYOUT`, see app/settings.py). The
-stepping runs in `loop.StepLoop`'s thread; this side only hands it requests and aborts
+KV pool every sequence shares, or a stream per sequence (`ENGINE_KV_LAYOUT`, app/settings.py).
+The stepping runs in `loop.StepLoop`'s thread; this side only hands it requests and aborts
 through its queue from the event loop, and never blocks on it. Requests made in one event-loop tick
 reach the same step boundary (see `_hand_over`). An abort is queued behind them; the loop ends the
 sequence at the next step boundary. The open requests' table (`app.engine.requests`) is the event

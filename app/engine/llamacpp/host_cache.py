@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.engine.llamacpp.prefix_cache import MIN_REUSE, common_prefix_len
+from app.engine.llamacpp.prefix_cache import MIN_REUSE, common_prefix_len, longest_match
 
 
 @dataclass(eq=False, slots=True)
@@ -52,12 +52,7 @@ class HostPrefixCache:
     ) -> tuple[Saved | None, int]:
         """The usable entry sharing the longest prefix with `prompt`, and how many tokens to take
         (never the prompt's last: its logits give the first reply token)."""
-        best, best_len = None, 0
-        for entry in self.entries:
-            if (entry.shared or entry.owner == owner) and (entry.exact or not exact_only):
-                n = common_prefix_len(entry.tokens, prompt)
-                if n > best_len:
-                    best, best_len = entry, n
+        best, best_len = longest_match(self.entries, prompt, owner, exact_only=exact_only)
         best_len = min(best_len, len(prompt) - 1)
         if best is None or best_len < MIN_REUSE:
             self.misses += 1

@@ -298,15 +298,13 @@ class StepLoop:
                 del chunk.tokens[n:]
                 chunk.wants_logits = False
                 chunk.seq.last_chunk = n
-        running = {seq.slot: seq for seq in self._sched.running}
         batch.clear()
         slices, pads = [], []
         for call in layout.calls:
             start = len(batch)
             for part in call:
-                if part.pad:
-                    other = running.get(part.slot)
-                    pos = other.n_cached if other is not None else 0
+                if part.pad:  # at the stream's end: a prompt not in this step, or an empty one
+                    pos = next((s.n_cached for s in self._sched.running if s.slot == part.slot), 0)
                     batch.add_run([native.pad_token], pos, part.slot, False)
                     pads.append((part.slot, pos))
                     continue

@@ -38,7 +38,9 @@ This module is bookkeeping only; the engine performs the native calls it asks fo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 MIN_REUSE = 4  # shorter matches are not worth a copy
 
@@ -52,6 +54,32 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     while lo < n and a[lo] == b[lo]:
         lo += 1
     return lo
+
+
+class Reusable(Protocol):
+    """What both caches' entries say about themselves (this module's `Entry`, `host_cache.Saved`)."""
+
+    tokens: list[int]
+    owner: str | None
+    shared: bool
+    exact: bool
+
+
+R = TypeVar("R", bound=Reusable)
+
+
+def longest_match(
+    entries: Iterable[R], prompt: list[int], owner: str | None, *, exact_only: bool
+) -> tuple[R | None, int]:
+    """The entry `owner` may reuse (its own or the shared opening; an exact one if `exact_only`)
+    sharing the longest prefix with `prompt`, the first of equals, and that length (0: none)."""
+    best, best_len = None, 0
+    for entry in entries:
+        if (entry.shared or entry.owner == owner) and (entry.exact or not exact_only):
+            n = common_prefix_len(entry.tokens, prompt)
+            if n > best_len:
+                best, best_len = entry, n
+    return best, best_len
 
 
 @dataclass(eq=False, slots=True)
@@ -90,13 +118,6 @@ class PrefixCache:
     def _own(self, owner: str | None) -> list[Entry]:
         return [e for e in self.entries if e.owner == owner and not e.shared]
 
-    def _usable(self, owner: str | None, exact_only: bool) -> list[Entry]:
-        return [
-            e
-            for e in self.entries
-            if (e.shared or e.owner == owner) and (e.exact or not exact_only)
-        ]
-
     def pin(self, seq_id: int, tokens: list[int]) -> Entry:
         """Record the shared opening (the caller prefilled `tokens` into `seq_id`, an id of its own,
         not one of `seq_ids`); it is never evicted."""
@@ -112,11 +133,7 @@ class PrefixCache:
 
         At least the prompt's last token is left to prefill: its logits give the first reply token.
         """
-        best, best_len = None, 0
-        for entry in self._usable(owner, exact_only):
-            n = common_prefix_len(entry.tokens, prompt)
-            if n > best_len:
-                best, best_len = entry, n
+        best, best_len = longest_match(self.entries, prompt, owner, exact_only=exact_only)
         best_len = min(best_len, len(prompt) - 1)
         if best is None or best_len < MIN_REUSE:
             self.misses += 1
@@ -185,12 +202,8 @@ class PrefixCache:
         self, prompt: list[int], owner: str | None = None, *, exact_only: bool = False
     ) -> Entry | None:
         """Like `lookup` without touching recency or counters (to protect it from eviction)."""
-        best, best_len = None, MIN_REUSE - 1
-        for entry in self._usable(owner, exact_only):
-            n = common_prefix_len(entry.tokens, prompt)
-            if n > best_len:
-                best, best_len = entry, n
-        return best
+        best, best_len = longest_match(self.entries, prompt, owner, exact_only=exact_only)
+        return best if best_len >= MIN_REUSE else None
 
     def clear(self) -> None:
         self.entries.clear()
