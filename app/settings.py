@@ -85,6 +85,13 @@ class EngineSettings:
     # each sequence's context, so size kv_cells as max_seqs x the context wanted. Its prefix
     # cache keeps finished sequences' states in host memory, up to prefix_cache_mb.
     kv_layout: Literal["unified", "streams"] = env("ENGINE_KV_LAYOUT", "unified")
+    # Where the unified pool's prefix cache keeps finished sequences' prefixes: "host" (saved
+    # states in host memory, as with streams, up to prefix_cache_mb: the pool's cells hold only
+    # running sequences, and a query walks only as far as they reach), or "pool" (their cells
+    # stay in the pool, shared by tagging, at most an eighth of it: no copy, but every query of
+    # every step walks past them). Host: 1.07-1.18x the tok/s of 16 users' multi-turn chats,
+    # half the cells walked after mixed traffic (bench/README.md, issue 25 item 3).
+    prefix_cache_store: Literal["host", "pool"] = env("ENGINE_PREFIX_CACHE_STORE", "host")
     prefix_cache_mb: int = env("ENGINE_PREFIX_CACHE_MB", 1024)
     # Every CPU. On a 2-CPU machine, 8 streams through the whole server made 207 tok/s with 2
     # threads against 135 with 1, gaps 33 ms against 54, and the same ~0 ms delivery overhead:

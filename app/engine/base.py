@@ -174,6 +174,9 @@ class EngineStats:
     steps: int  # engine steps taken since start
     tokens_generated: int  # tokens sampled since start
     extra: Mapping[str, float] = field(default_factory=dict)
+    # KV cells each query of the last step walked: a unified pool's attention reads every cell up
+    # to its highest occupied one, free or another sequence's (None: not known for this engine)
+    kv_walked: int | None = None
     backends: tuple[BackendStats, ...] = ()  # the servers behind the engine, if any
     prefix_cache: PrefixCacheStats | None = None  # None: the engine keeps none of its own
     unavailable: str | None = None  # why the engine cannot serve a request now (None: it can)

@@ -144,6 +144,13 @@ class EngineCollector(Collector):
             ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
+        if stats.kv_walked is not None:
+            yield GaugeMetricFamily(
+                "streamchat_engine_kv_cells_walked",
+                "KV cells each query of the last step read (a unified pool's attention walks up to"
+                " its highest occupied cell).",
+                value=stats.kv_walked,
+            )
         if (cache := stats.prefix_cache) is not None:
             yield from prefix_cache_metrics(cache)
 

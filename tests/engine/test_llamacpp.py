@@ -25,7 +25,7 @@ from app.engine.base import (
 )
 from app.engine.llamacpp.engine import LlamaCppEngine
 from app.engine.llamacpp.model_files import ModelFileNotFoundError, bundled_gguf, resolve_model_path
-from app.engine.llamacpp.native import EXACT_ROWS, exact_slices
+from app.engine.llamacpp.native import EXACT_ROWS, exact_slices, walked_cells
 from app.engine.llamacpp.prefix_cache import PrefixCache, common_prefix_len
 from app.engine.llamacpp.scheduler import FIRST_CHUNK, WHOLE_REST, Scheduler, Sequence
 from app.engine.llamacpp.step_clock import MIN_PREFILL, StepClock
@@ -817,8 +817,17 @@ async def test_a_greedy_reply_does_not_change_with_other_users_traffic() -> None
     request prefilled its last prompt token alone and then decoded alone, one-row graphs that
     ggml's flash attention splits across threads once the other users' cells make the KV window
     512+ cells wide; the split cut this sequence's cells in two places and the reply changed
-    ("L'Étoile, la Marseillaise, ..." became "L'Étoile, la Cité, la France, ...")."""
-    eng = LlamaCppEngine(EngineSettings(context_size=1024, max_seqs=8, kv_cells=16384, threads=2))
+    ("L'Étoile, la Marseillaise, ..." became "L'Étoile, la Cité, la France, ...").
+    The prefix cache keeps its cells in the pool here: they are what widens the window."""
+    eng = LlamaCppEngine(
+        EngineSettings(
+            context_size=1024,
+            max_seqs=8,
+            kv_cells=16384,
+            threads=2,
+            prefix_cache_store="pool",
+        )
+    )
     await eng.start()
     params = SamplingParams(max_tokens=48, temperature=0.0)
     question = chat("What is the capital of France?")
@@ -893,6 +902,56 @@ async def test_a_greedy_prompt_reuses_only_exact_cells(engine: LlamaCppEngine) -
     assert again == fin.prompt_tokens - 1
     greedy, _ = await reused_by("exact-3", SamplingParams(max_tokens=4, temperature=0))
     assert greedy == opening
+
+
+def test_walked_cells_round_as_llama_cpp_does() -> None:
+    """`llama_kv_cache::get_n_kv`: the highest occupied cell rounded up to 256, at least 256, at
+    most the stream's size (src/llama-kv-cache.cpp)."""
+    assert [walked_cells(n, 4096) for n in (0, 1, 256, 257, 700, 4095)] == [
+        256,
+        256,
+        256,
+        512,
+        768,
+        4096,
+    ]
+    assert walked_cells(300, 256) == 256
+
+
+@module_loop
+@pytest.mark.parametrize("store", ["host", "pool"])
+async def test_the_kv_window_each_query_walks_is_in_the_stats(store: str) -> None:
+    """The cells a step's attention walks (llama.cpp's n_kv, read from its find_slot report) grow
+    with a long prompt, and what follows depends on where the prefix cache keeps prefixes: with
+    the cache in host memory (the default) a short request after other owners' traffic walks one
+    256-cell block; with the cells kept in the pool, it walks past them."""
+    eng = LlamaCppEngine(
+        EngineSettings(
+            context_size=2048, max_seqs=8, kv_cells=8192, threads=2, prefix_cache_store=store
+        )
+    )
+    await eng.start()
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    try:
+        assert eng.stats().kv_walked in (None, 256)  # the opening, prefilled at start
+        long = " ".join(["river harvest engine lantern"] * 150)  # ~600 tokens
+        _, _, fin = await collect(eng.generate("long", chat(long), params, owner="a"))
+        assert fin.prompt_tokens > 512
+        assert eng.stats().kv_walked >= 768
+        await asyncio.gather(
+            *(
+                collect(eng.generate(f"o{i}", chat(text), params, owner=f"user-{i}"))
+                for i, text in enumerate(QUESTIONS[:4])  # the pool's 8 entries keep the long one
+            )
+        )
+        await collect(eng.generate("short", chat("Hi"), params, owner="b"))
+        walked = eng.stats().kv_walked
+    finally:
+        await eng.shutdown()
+    if store == "host":
+        assert walked == 256
+    else:
+        assert walked >= 768  # the long prompt's cells stay in the pool for reuse
 
 
 @module_loop

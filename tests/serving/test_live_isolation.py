@@ -29,7 +29,13 @@ OTHER_PROMPTS = [
 
 @pytest.fixture(scope="module")
 def server_env_overrides() -> dict[str, object]:
-    return {"DEFAULT_MAX_TOKENS": 32, "ENGINE_THREADS": 2, "ENGINE_MAX_SEQS": 8}
+    # the prefix cache's cells kept in the pool: they widen the KV window past 512 cells
+    return {
+        "DEFAULT_MAX_TOKENS": 32,
+        "ENGINE_THREADS": 2,
+        "ENGINE_MAX_SEQS": 8,
+        "ENGINE_PREFIX_CACHE_STORE": "pool",
+    }
 
 
 def api_key(client: PageClient) -> str:

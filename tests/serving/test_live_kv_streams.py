@@ -55,6 +55,9 @@ def test_a_second_turn_starts_from_the_first_turns_saved_state(
     assert after["reused_tokens"] - before["reused_tokens"] >= 40  # the first turn, not just 24
     assert metric(alice, "streamchat_prefix_cache_hits_total") == after["hits"]
     assert metric(alice, "streamchat_prefix_cache_host_bytes") > 0
+    # a stream's window: its own cells only, in 256-cell blocks, at most the stream
+    walked = alice.engine_stats()["kv_walked"]
+    assert walked in (256, 512) and metric(alice, "streamchat_engine_kv_cells_walked") == walked
 
     shared = alice.engine_stats()["extra"]["prefix_shared_tokens"]
     assert shared >= 10

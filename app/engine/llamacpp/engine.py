@@ -54,14 +54,16 @@ class LlamaCppEngine(TableEngine[Sequence]):
         flash_attn: bool = True,
         prefix_cache: int = 8,
     ) -> None:
-        """`prefix_cache`: how many finished sequences keep their cells for reuse in the unified
-        pool (0: none); they keep at most an eighth of it (see `prefix_cache`). With a stream
-        per sequence (`settings.kv_layout`), 0 turns the host-memory cache off and any other
-        number leaves it bounded by `settings.prefix_cache_mb` (see `host_cache`)."""
+        """`prefix_cache`: 0 turns the prefix cache off. With its prefixes in host memory
+        (`settings.prefix_cache_store`, always so with a stream per sequence) any other number
+        leaves it bounded by `settings.prefix_cache_mb` (see `host_cache`); kept in the unified
+        pool, it is how many finished sequences keep their cells there, at most an eighth of
+        the pool (see `prefix_cache`)."""
         super().__init__()
         self.settings = settings
         self._flash_attn = flash_attn
         self._kv_unified = settings.kv_layout == "unified"
+        in_pool = self._kv_unified and settings.prefix_cache_store == "pool"
         self._model_path = resolve_model_path(settings.model_path)
         self._model_name = self._model_path.name.removesuffix(".gguf")
         self._context_size = settings.context_size or settings.kv_cells  # until the GGUF says
@@ -72,12 +74,12 @@ class LlamaCppEngine(TableEngine[Sequence]):
             max_seqs=settings.max_seqs,
             kv_cells=settings.kv_cells,
             max_step_tokens=settings.max_step_tokens,
-            cache_entries=prefix_cache if self._kv_unified else 0,
+            cache_entries=prefix_cache if in_pool else 0,
             pool=self._kv_unified,
         )
         self._host_cache = (
             None
-            if self._kv_unified
+            if in_pool
             else HostPrefixCache(settings.prefix_cache_mb << 20 if prefix_cache else 0)
         )
         self._accepting = False
@@ -230,6 +232,7 @@ class LlamaCppEngine(TableEngine[Sequence]):
             waiting=counts.waiting + len(self._pending) + in_inbox,
             kv_used=counts.kv_used,
             kv_total=self._kv_total,
+            kv_walked=counts.kv_walked or None,
             steps=counts.steps,
             tokens_generated=counts.tokens_generated,
             prefix_cache=PrefixCacheStats(

@@ -1,7 +1,9 @@
-"""The prefix cache when each sequence has its own KV stream: finished sequences' states in host memory.
+"""The prefix cache in host memory: finished sequences' states, copied out of the KV cache.
 
 With a stream per sequence (`ENGINE_KV_LAYOUT=streams`) cells cannot be shared across sequences
-by tagging, as `prefix_cache` does in the unified pool. So, like llama-server's `--cache-ram`
+by tagging, as `prefix_cache` does in the unified pool; and in the unified pool, cells kept for
+reuse widen the window every query of every step walks (`ENGINE_PREFIX_CACHE_STORE`, the
+default there too). So, like llama-server's `--cache-ram`
 (tools/server/server-context.cpp: a slot's state saved with llama_state_seq_get_data when it is
 released, and loaded into the slot of a new prompt that starts the same way), a finished
 sequence's KV state is copied to host memory, and a newly admitted sequence whose prompt starts

@@ -6,8 +6,8 @@ Shape of the loop (one iteration = one step = one `llama_decode`, or a few for a
                                     across a step; the sequences are this thread's alone)
     admit, fair across owners      (free sequence slot + room for the whole reply in the KV pool;
                                     a cached prefix of the owner's own earlier prompts is shared,
-                                    not prefilled again: in the pool, `prefix_cache`; with a
-                                    stream per sequence, restored from host memory, `host_cache`)
+                                    not prefilled again: restored from host memory,
+                                    `host_cache`, or shared in the unified pool, `prefix_cache`)
     build ONE batch                (a decode token per running sequence + prompt chunks, as many as
                                     the step clock allows: `step_clock`; exact graphs when a
                                     greedy sequence is in it: see `StepLoop._decode`, and
@@ -73,6 +73,7 @@ class StepCounters:
     sample_s: float = 0.0
     step_s: float = 0.0
     cache_cells: int = 0
+    kv_walked: int = 0  # KV cells the last step's attention walked per query (`NativeModel`)
     taken: int = 0  # sequences taken out of the queue
     padded_steps: int = 0  # steps given a pad token (a lone greedy token: `StepLoop._decode`)
 
@@ -88,11 +89,12 @@ class StepLoop:
         host_cache: HostPrefixCache | None = None,
     ) -> None:
         """`clock` sizes each step's prompt chunks; `deliver` takes each event on the event loop
-        (the engine's `RequestTable.deliver`). `host_cache`: a KV stream per sequence
-        (`sched.pool` False), its prefixes kept in host memory (`host_cache`); None: the unified
-        pool, its prefixes kept in the pool (`prefix_cache`)."""
+        (the engine's `RequestTable.deliver`). `host_cache`: prefixes kept in host memory
+        (`host_cache`; always so with a KV stream per sequence, `sched.pool` False); None: kept
+        in the unified pool's own cells (`prefix_cache`)."""
         self._sched = sched
         self._host = host_cache
+        self._streams = not sched.pool
         self._clock = clock
         self._deliver = deliver
         # one more sequence id, past the others, for the pad token of a one-token step
@@ -212,16 +214,17 @@ class StepLoop:
             exact = any(c.seq.params.greedy for c in chunks)
             t1 = time.perf_counter()
             if chunks:
-                if self._host is not None and exact:
+                if self._streams and exact:
                     exact_done = self._decode_streams(native, chunks)
                 else:
                     self._fill(native, chunks)
                     # with streams, llama.cpp's own split may leave a lone row (`stream_calls`)
-                    exact_done = self._decode(native, exact=exact) and self._host is None
+                    exact_done = self._decode(native, exact=exact) and not self._streams
                 if not exact_done:
                     for chunk in chunks:
                         chunk.seq.exact = False
             t2 = time.perf_counter()
+            self.counters.kv_walked = native.kv_walked
             now = time.time()
             logits = native.logits
             for chunk in chunks:
@@ -329,8 +332,8 @@ class StepLoop:
     def _prefill_opening(self, native: NativeModel) -> None:
         """Compute the shared opening's cells once and pin them in the prefix cache (see
         `prefix_cache`): from then on no prompt prefills it again. In the unified pool they stay
-        under a sequence id of their own; with a stream per sequence, they are computed in slot
-        0 and kept as a saved state (`host_cache`)."""
+        under a sequence id of their own; with the cache in host memory, they are computed in
+        slot 0 and kept as a saved state (`host_cache`)."""
         host = self._host
         seq_id = self._sched.shared_seq_id if host is None else (0 if host.max_bytes else None)
         if seq_id is None or len(self._opening) < 2:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
+import threading
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -49,10 +51,32 @@ _EXPECTED_WARNINGS = (
 )
 
 
+# The KV window a step's attention walks (llama.cpp's `n_kv`) is not in the C API. With
+# LLAMA_KV_CACHE_DEBUG=1, `llama_kv_cache::find_slot` logs, for every ubatch it places (one line
+# per KV stream in it), "find_slot: stream[S], n = N, used = U, head = H, size = Z, ..." where N
+# is `used_max_p1()`: the highest occupied cell + 1 (src/llama-kv-cache.cpp). `get_n_kv` then
+# walks min(Z, max(256, N rounded up to 256)) cells. Only levels above 1 also dump cell maps.
+_FIND_SLOT = re.compile(rb"^find_slot: stream\[\d+\], n = *(\d+), used = *(\d+), .*size = *(\d+)")
+_KV_PAD = 256  # get_n_kv's rounding: max(n_pad, 256)
+_window = threading.local()  # per loop thread: the log callback runs inside its llama_decode
+
+
+def walked_cells(used_max_p1: int, size: int) -> int:
+    """The cells one query walks (`llama_kv_cache::get_n_kv`) given the highest occupied cell."""
+    padded = -(-used_max_p1 // _KV_PAD) * _KV_PAD
+    return min(size, max(_KV_PAD, padded))
+
+
 @C.llama_log_callback
 def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    """Route llama.cpp's chatter (hundreds of lines per model load) into `logging`, quietly."""
+    """Route llama.cpp's chatter (hundreds of lines per model load) into `logging`, quietly;
+    keep find_slot's KV window reading (see `_FIND_SLOT`) for the decode that logged it."""
     global _last_level
+    if level == 1 and text.startswith(b"find_slot") and (m := _FIND_SLOT.match(text)):
+        walked = walked_cells(int(m[1]), int(m[3]))
+        if walked > getattr(_window, "walked", 0):
+            _window.walked = walked
+        return
     py_level = _last_level if level == 5 else _LEVELS.get(level, logging.DEBUG)
     _last_level = py_level
     if py_level >= logging.WARNING and any(m in text for m in _EXPECTED_WARNINGS):
@@ -237,6 +261,9 @@ class NativeModel:
             self.vocab = C.llama_model_get_vocab(self.model)
             self.n_vocab = C.llama_vocab_n_tokens(self.vocab)
             self.n_ctx_train = C.llama_model_n_ctx_train(self.model)
+            # read by llama_kv_cache's constructor: its one-line-per-ubatch find_slot report
+            # (`_FIND_SLOT`); an operator's own setting (its cell maps) wins
+            os.environ.setdefault("LLAMA_KV_CACHE_DEBUG", "1")
             self.ctx = C.llama_init_from_model(self.model, self._context_params(config))
             if not self.ctx:
                 raise RuntimeError("llama.cpp could not create a context (out of memory?)")
@@ -255,6 +282,9 @@ class NativeModel:
         self._piece_buf = ctypes.create_string_buffer(256)
         self._row_type = ctypes.c_float * self.n_vocab
         self._copied: dict[int, np.ndarray] | None = None  # logits kept by a sliced decode
+        # KV cells the widest graph of the last decode walked per query (llama.cpp's n_kv, as
+        # find_slot reported it before placing the graph's own tokens); 0 before any decode
+        self.kv_walked = 0
 
     @staticmethod
     def _context_params(config: ContextConfig) -> C.llama_context_params:
@@ -344,19 +374,23 @@ class NativeModel:
         assert batch is not None
         batch.commit()
         self._copied = None
-        n = len(batch)
-        if slices is None:
-            if max_rows is None or n <= max_rows:
-                _check(C.llama_decode(self.ctx, batch.raw))
-                return
-            slices = exact_slices(n, max_rows)
-        copied: dict[int, np.ndarray] = {}
-        for start, end in slices:
-            _check(C.llama_decode(self.ctx, batch.view(start, end)))
-            for i in range(start, end):
-                if batch.outputs[i]:
-                    copied[i] = self._logits_row(i - start).copy()
-        self._copied = copied
+        _window.walked = 0
+        try:
+            n = len(batch)
+            if slices is None:
+                if max_rows is None or n <= max_rows:
+                    _check(C.llama_decode(self.ctx, batch.raw))
+                    return
+                slices = exact_slices(n, max_rows)
+            copied: dict[int, np.ndarray] = {}
+            for start, end in slices:
+                _check(C.llama_decode(self.ctx, batch.view(start, end)))
+                for i in range(start, end):
+                    if batch.outputs[i]:
+                        copied[i] = self._logits_row(i - start).copy()
+            self._copied = copied
+        finally:
+            self.kv_walked = _window.walked or self.kv_walked
 
     def logits(self, batch_index: int) -> np.ndarray:
         """The last decode's logits at one batch position: a numpy view of llama.cpp's own buffer

@@ -15,7 +15,10 @@ but name: admission evicts least recently used entries whenever it needs the roo
 Kept cells are not free of charge, though: flash attention walks every occupied cell of the pool
 for every query and skips other sequences' cells one by one, so a step gets slower as the occupied
 range grows (8 decoding sequences: +33 ms per step with 8,000 foreign cells, on a ~60 ms step).
-Hence a cap on the cells the cache keeps (`max_cells`), well below the pool.
+Hence a cap on the cells the cache keeps (`max_cells`), well below the pool; and, by default,
+the cache in host memory instead (`host_cache`, `ENGINE_PREFIX_CACHE_STORE=host`): copying a
+state in and out costs less than every query of every step walking past kept cells. This store
+(`ENGINE_PREFIX_CACHE_STORE=pool`) remains for a pool whose memory is all there is.
 
 Entries are scoped to one owner (the engine's opaque "whom is this for" key): a prompt reuses only
 cells its own owner's earlier requests left. Reuse across owners would make one user's reply depend
