@@ -89,7 +89,7 @@ class EngineSettings:
     # states in host memory, as with streams, up to prefix_cache_mb: the pool's cells hold only
     # running sequences, and a query walks only as far as they reach), or "pool" (their cells
     # stay in the pool, shared by tagging, at most an eighth of it: no copy, but every query of
-    # every step walks past them). Host: 1.07-1.18x the tok/s of 16 users' multi-turn chats,
+    # every step walks past them). Host: 1.16-1.25x the tok/s of 16 users' multi-turn chats,
     # half the cells walked after mixed traffic (bench/README.md, issue 25 item 3).
     prefix_cache_store: Literal["host", "pool"] = env("ENGINE_PREFIX_CACHE_STORE", "host")
     prefix_cache_mb: int = env("ENGINE_PREFIX_CACHE_MB", 1024)
