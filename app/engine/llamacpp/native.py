@@ -56,7 +56,7 @@ _EXPECTED_WARNINGS = (
 # per KV stream in it), "find_slot: stream[S], n = N, used = U, head = H, size = Z, ..." where N
 # is `used_max_p1()`: the highest occupied cell + 1 (src/llama-kv-cache.cpp). `get_n_kv` then
 # walks min(Z, max(256, N rounded up to 256)) cells. Only levels above 1 also dump cell maps.
-_FIND_SLOT = re.compile(rb"^find_slot: stream\[\d+\], n = *(\d+), used = *(\d+), .*size = *(\d+)")
+_FIND_SLOT = re.compile(rb"^find_slot: stream\[\d+\], n = *(\d+), .*size = *(\d+)")
 _KV_PAD = 256  # get_n_kv's rounding: max(n_pad, 256)
 _window = threading.local()  # per loop thread: the log callback runs inside its llama_decode
 
@@ -73,7 +73,7 @@ def _log_callback(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     keep find_slot's KV window reading (see `_FIND_SLOT`) for the decode that logged it."""
     global _last_level
     if level == 1 and text.startswith(b"find_slot") and (m := _FIND_SLOT.match(text)):
-        walked = walked_cells(int(m[1]), int(m[3]))
+        walked = walked_cells(int(m[1]), int(m[2]))
         if walked > getattr(_window, "walked", 0):
             _window.walked = walked
         return
@@ -261,10 +261,17 @@ class NativeModel:
             self.vocab = C.llama_model_get_vocab(self.model)
             self.n_vocab = C.llama_vocab_n_tokens(self.vocab)
             self.n_ctx_train = C.llama_model_n_ctx_train(self.model)
-            # read by llama_kv_cache's constructor: its one-line-per-ubatch find_slot report
-            # (`_FIND_SLOT`); an operator's own setting (its cell maps) wins
-            os.environ.setdefault("LLAMA_KV_CACHE_DEBUG", "1")
-            self.ctx = C.llama_init_from_model(self.model, self._context_params(config))
+            # read once, by llama_kv_cache's constructor: its one-line-per-ubatch find_slot
+            # report (`_FIND_SLOT`); an operator's own setting (its cell maps) wins, and ours is
+            # gone again before any child process could inherit it
+            ours = "LLAMA_KV_CACHE_DEBUG" not in os.environ
+            if ours:
+                os.environ["LLAMA_KV_CACHE_DEBUG"] = "1"
+            try:
+                self.ctx = C.llama_init_from_model(self.model, self._context_params(config))
+            finally:
+                if ours:
+                    del os.environ["LLAMA_KV_CACHE_DEBUG"]
             if not self.ctx:
                 raise RuntimeError("llama.cpp could not create a context (out of memory?)")
             self.memory = C.llama_get_memory(self.ctx)
