@@ -66,7 +66,7 @@ def read_env(cls: type[T], environ: Mapping[str, str] | None = None, **given: An
 
 @dataclass(frozen=True)
 class EngineSettings:
-    kind: str = env("ENGINE", "llamacpp")  # llamacpp | trtllm | synthetic | openai
+    kind: str = env("ENGINE", "llamacpp")  # llamacpp | trtllm | synthetic | openai | process
     # a GGUF (llamacpp), a model dir/name (trtllm) or the upstreams' model name (openai; None:
     # the first of GET /v1/models); None: SmolLM2
     model_path: str | None = env("MODEL_PATH", None)
@@ -136,6 +136,13 @@ class EngineSettings:
     upstream_failures_to_down: int = env("ENGINE_UPSTREAM_FAILURES_TO_DOWN", 2)
     # Health checks of every upstream, up or down
     upstream_probe_interval_s: float = env("ENGINE_UPSTREAM_PROBE_INTERVAL_S", 2.0)
+    # The engine in its own process, shared by web workers (app/engine/process/): its Unix
+    # socket, in a folder only the service's user may enter. `python -m app.engine.process`
+    # serves the engine the other ENGINE_* settings name (its own ENGINE is not `process`) on it;
+    # each worker runs with ENGINE=process and the same ENGINE_SOCKET.
+    socket_path: str | None = env("ENGINE_SOCKET", None)
+    # How long a worker waits at start for the engine process to answer (it may be loading)
+    process_wait_s: float = env("ENGINE_PROCESS_WAIT_S", 300.0)
 
     def __post_init__(self) -> None:
         # An API base is named without its trailing slash (the paths are appended to it).

@@ -51,6 +51,10 @@ def create_engine(settings: EngineSettings) -> Engine:
         from app.engine.openai.engine import OpenAIRemoteEngine
 
         return OpenAIRemoteEngine(settings)
+    if settings.kind == "process":
+        from app.engine.process.client import EngineProcessClient
+
+        return EngineProcessClient(settings)
     raise ValueError(
-        f"unknown ENGINE {settings.kind!r}: choose llamacpp, trtllm, openai or synthetic"
+        f"unknown ENGINE {settings.kind!r}: choose llamacpp, trtllm, openai, synthetic or process"
     )

@@ -50,6 +50,9 @@ class PromptTooLongError(EngineError):
             f"(including the reply): shorten the conversation"
         )
 
+    def __reduce__(self) -> tuple[type, tuple[int, int]]:  # crosses to a web worker intact
+        return (type(self), (self.prompt_tokens, self.context_size))
+
 
 class EngineUnavailableError(EngineError):
     """The engine is not running (not started yet, or shutting down)."""

@@ -4,8 +4,10 @@ Each test runs on llama.cpp with the real SmolLM2 model, on the synthetic engine
 TensorRT-LLM adapter over the FAKE `tensorrt_llm` (tests/fakes/tensorrt_llm/: TensorRT-LLM needs a
 GPU; the fake reproduces TensorRT-LLM 1.x's behaviour from its sources), and on ENGINE=openai in
 front of a real llama.cpp `llama-server` with SmolLM2 (tests/llama_server.py; 4 slots, so that
-the fifth request waits in the app as `max_seqs=4` makes it wait in the others). What an engine
-does beyond the contract is tested in its own module.
+the fifth request waits in the app as `max_seqs=4` makes it wait in the others), and on
+ENGINE=process: the client a web worker uses, against llama.cpp served by a real engine process
+(`python -m app.engine.process`, tests/engine_process.py). What an engine does beyond the
+contract is tested in its own module.
 """
 
 from __future__ import annotations
@@ -30,11 +32,19 @@ from app.engine.base import (
 from app.settings import EngineSettings
 from tests.engine.streams import collect
 from tests.engine.test_trtllm_fake import install_fake
+from tests.engine_process import EngineProcess
 from tests.fakes import tensorrt_llm as fake_trt
 from tests.llama_server import LlamaServer
 
 # ENGINE=openai needs llama-server compiled and running: the `live` tier, not `fast` (conftest.py).
-ENGINES = ["llamacpp", "synthetic", "trtllm-fake", pytest.param("openai", marks=pytest.mark.live)]
+# So does ENGINE=process (an engine process beside the tests).
+ENGINES = [
+    "llamacpp",
+    "synthetic",
+    "trtllm-fake",
+    pytest.param("openai", marks=pytest.mark.live),
+    pytest.param("process", marks=pytest.mark.live),
+]
 CONTEXT = 512
 # Long for every engine: SmolLM2 goes on and on; the synthetic engine obeys the marker; the fake
 # TensorRT-LLM (script None) counts words up to max_tokens.
@@ -50,10 +60,28 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
         yield server
 
 
-def settings_for(kind: str, upstreams: tuple[str, ...] = ()) -> EngineSettings:
+@pytest.fixture(scope="module")
+def engine_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    """llama.cpp with the settings below, served on a socket, started on first use."""
+    folder = Path(tmp_path_factory.mktemp("engine-process"))
+    env = {
+        "ENGINE": "llamacpp",
+        "ENGINE_CONTEXT": str(CONTEXT),
+        "ENGINE_MAX_SEQS": "4",
+        "ENGINE_KV_CELLS": "4096",
+        "ENGINE_THREADS": "1",
+    }
+    with EngineProcess(folder / "engine.sock", env, folder / "engine.log") as process:
+        yield process
+
+
+def settings_for(
+    kind: str, upstreams: tuple[str, ...] = (), socket_path: str | None = None
+) -> EngineSettings:
     return EngineSettings(
         kind=kind,
         upstreams=upstreams,
+        socket_path=socket_path,
         context_size=CONTEXT,
         max_seqs=4,
         kv_cells=4096,
@@ -72,9 +100,12 @@ async def engine(
         fake_trt.LLM.script = None  # endless: " w1 w2 ..." up to max_tokens
         kind = "trtllm"
     upstreams = ()
+    socket_path = None
     if kind == "openai":
         upstreams = (request.getfixturevalue("upstream").openai_url,)
-    eng = create_engine(settings_for(kind, upstreams))
+    if kind == "process":
+        socket_path = str(request.getfixturevalue("engine_process").socket)
+    eng = create_engine(settings_for(kind, upstreams, socket_path))
     await eng.start()
     yield eng
     await eng.shutdown()

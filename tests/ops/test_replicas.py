@@ -5,6 +5,10 @@ database and the same Redis session store; nginx routes each log-in session to o
 tests go around nginx on purpose (straight to a replica's port) to prove what works without it:
 a Stop that lands on the wrong replica, a resume served from the database by the other replica,
 and a restart that only interrupts the restarted replica's own replies.
+
+Every test runs twice: each replica with its own engine (a GPU each), and both replicas as web
+workers of one engine process (ENGINE=process, `python -m app.engine.process`: one GPU, the
+web side's CPU spread over processes; deploy/SCALING.md).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import httpx
 import pytest
 import redis
 
+from tests.engine_process import EngineProcess
 from tests.live_server import PageClient, PageStream, SseComment, SseReader, query
 from tests.ops.harness import (
     STEP_MS,
@@ -62,13 +67,23 @@ class Cluster:
         return rows[0]
 
 
-@pytest.fixture(scope="module")
-def cluster(ops_logs: Path) -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=["own engines", "one engine process"])
+def cluster(ops_logs: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     redis_db = random.randint(1, 15)
+    engine = {"ENGINE": "synthetic", "SYNTHETIC_STEP_MS": str(STEP_MS)}
+    with contextlib.ExitStack() as stack:
+        if request.param == "one engine process":
+            shared = stack.enter_context(
+                EngineProcess(ops_logs / "engine.sock", engine, ops_logs / "engine-process.log")
+            )
+            engine = {"ENGINE": "process", "ENGINE_SOCKET": str(shared.socket)}
+        yield from _cluster(ops_logs, redis_db, engine)
+
+
+def _cluster(ops_logs: Path, redis_db: int, engine: dict[str, str]) -> Iterator[Cluster]:
     with throwaway_database() as database:
         env = {
-            "ENGINE": "synthetic",
-            "SYNTHETIC_STEP_MS": str(STEP_MS),
+            **engine,
             "DATABASE_URL": database.url,
             "SECRET_KEY": "shared-by-both-replicas",
             "SESSION_STORE_URL": f"{REDIS_URL}/{redis_db}",

@@ -1,0 +1,213 @@
+"""Web workers sharing one engine process against one process with the engine in it (issue 25,
+items 5 and 6): a burst of page streams from the synthetic engine, each layout in turn.
+
+    python bench/web_workers.py --database-url postgresql://postgres@127.0.0.1/bench \\
+        [--layouts inproc,1,2] [--streams 1024] [--tokens 300] [--step-ms 20]
+        [--per-seq-ms 0.01] [--rounds 2]
+
+Layouts: `inproc` is today's default (one uvicorn process, ENGINE=synthetic in it); a number N is
+`python -m app.engine.process` serving the same synthetic engine plus N uvicorn workers with
+ENGINE=process (sessions in Redis, as replicas share them; deploy/SCALING.md). The client (this
+process, bench/serving_overhead.py's raw client) signs up once, makes the conversations, and
+opens every stream at once, spreading them over the workers as a proxy would. Per layout and
+round it prints: delivered tok/s, added TTFT p50 (the client's TTFT less the engine's own),
+response headers p50, gap p99 overhead (client's p99 gap less the engine's, per stream: median
+and p99 stream), server CPU (every server process, engine process included: 1.00 = one core),
+and the end states. The layouts alternate within each round, so they share the machine's noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.serving_overhead import (  # noqa: E402
+    Server,
+    StreamResult,
+    fmt,
+    new_client,
+    new_conversations,
+    pct,
+    print_table,
+    proc_cpu_s,
+    run_loop,
+    signup,
+    stream_reply_raw,
+    synthetic_content,
+)
+from tests.engine_process import EngineProcess  # noqa: E402
+
+REDIS_URL = "redis://127.0.0.1:6379/11"
+
+
+class Layout:
+    """The server processes of one layout, started and stopped together."""
+
+    def __init__(self, name: str, env: dict[str, str], work: Path) -> None:
+        self.name = name
+        self.engine: EngineProcess | None = None
+        self.workers: list[Server] = []
+        folder = work / f"layout-{name}"
+        folder.mkdir()
+        if name == "inproc":
+            self.workers.append(Server(env, folder / "server.log").start())
+            return
+        self.engine = EngineProcess(folder / "engine.sock", env, folder / "engine.log").start()
+        shared = {**env, "ENGINE": "process", "ENGINE_SOCKET": str(self.engine.socket)}
+        for i in range(int(name)):
+            worker_env = {**shared, "REPLICA_ID": f"w{i}", "SESSION_STORE_URL": REDIS_URL}
+            server = Server(worker_env, folder / f"worker-{i}.log")
+            server.migrate = i == 0  # one migration, before the others start
+            self.workers.append(server.start())
+
+    @property
+    def pids(self) -> list[int]:
+        pids = [w.pid for w in self.workers]
+        if self.engine is not None and self.engine.process is not None:
+            pids.append(self.engine.process.pid)
+        return pids
+
+    def cpu_s(self) -> float:
+        return sum(proc_cpu_s(pid) for pid in self.pids)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+            worker.print_errors()
+        if self.engine is not None:
+            self.engine.stop()
+
+
+async def burst(layout: Layout, streams: int, tokens: int) -> list[str]:
+    clients = [new_client(w.url) for w in layout.workers]
+    try:
+        await signup(clients[0])
+        for client in clients[1:]:
+            client.cookies = clients[0].cookies  # one log-in, valid on every worker (Redis)
+        content = synthetic_content(tokens)
+        await asyncio.gather(  # warm-up: first-request costs out of the figures
+            *(
+                stream_reply_raw(c, conv, content(0), max_tokens=tokens)
+                for c in clients
+                for conv in await new_conversations(c, 2)
+            )
+        )
+        conversations = await new_conversations(clients[0], streams)
+        start = asyncio.Event()
+        tasks = [
+            asyncio.create_task(
+                stream_reply_raw(
+                    clients[i % len(clients)], conv, content(i), max_tokens=tokens, start=start
+                )
+            )
+            for i, conv in enumerate(conversations)
+        ]
+        await asyncio.sleep(0.2)  # every task waits at the gate
+        cpu0, t0 = layout.cpu_s(), time.monotonic()
+        start.set()
+        results = await asyncio.gather(*tasks)
+        wall, cpu = time.monotonic() - t0, layout.cpu_s() - cpu0
+    finally:
+        for client in clients:
+            await client.aclose()
+    return row(layout.name, results, wall, cpu)
+
+
+def row(name: str, results: Sequence[StreamResult], wall: float, cpu: float) -> list[str]:
+    ok = [r for r in results if r.ttft_s is not None and r.final]
+    tokens = sum((r.final or {}).get("usage", {}).get("completion_tokens", 0) for r in ok)
+    timings = [(r.final or {}).get("timings", {}) for r in ok]
+    added = [
+        r.ttft_s * 1000 - t["ttft_ms"]
+        for r, t in zip(ok, timings, strict=True)
+        if r.ttft_s is not None and t.get("ttft_ms") is not None
+    ]
+    headers = [(r.headers_at - r.sent_at) * 1000 for r in ok if r.headers_at]
+    gap_over = [
+        pct(r.gaps_s, 0.99) * 1000 - t["gap_p99_ms"]
+        for r, t in zip(ok, timings, strict=True)
+        if r.gaps_s and t.get("gap_p99_ms") is not None
+    ]
+    states = Counter(
+        (r.final or {}).get("status") or r.error or f"http {r.status_code}" for r in results
+    )
+    return [
+        name,
+        f"{len(ok)}/{len(results)}",
+        fmt(tokens / wall, 0),
+        fmt(pct(added, 0.5), 0),
+        fmt(pct(headers, 0.5), 0),
+        f"{fmt(statistics.median(gap_over), 0)} / {fmt(pct(gap_over, 0.99), 0)}"
+        if gap_over
+        else "-",
+        fmt(cpu / wall, 2),
+        ",".join(f"{k}:{v}" for k, v in sorted(states.items())),
+    ]
+
+
+HEADERS = [
+    "layout",
+    "ok",
+    "tok/s",
+    "added TTFT p50 ms",
+    "headers p50 ms",
+    "gap p99 over, median / p99 stream ms",
+    "server CPU",
+    "end states",
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--database-url", required=True, help="PostgreSQL (workers share it)")
+    p.add_argument("--layouts", default="inproc,1,2")
+    p.add_argument("--streams", type=int, default=1024)
+    p.add_argument("--tokens", type=int, default=300)
+    p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--per-seq-ms", type=float, default=0.01)
+    p.add_argument("--rounds", type=int, default=1)
+    args = p.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+    env = {
+        "ENGINE": "synthetic",
+        "DATA_DIR": str(work),
+        "DATABASE_URL": args.database_url,
+        "ENGINE_MAX_SEQS": str(args.streams),
+        "ENGINE_KV_CELLS": str(args.streams * (args.tokens + 256) + 4096),
+        "SYNTHETIC_STEP_MS": str(args.step_ms),
+        "SYNTHETIC_PER_SEQ_MS": str(args.per_seq_ms),
+    }
+    load = os.getloadavg()[0]
+    print(
+        f"work folder {work}; {os.cpu_count()} CPUs, load {load:.1f}; {args.streams} streams x "
+        f"{args.tokens} tokens, step {args.step_ms} + {args.per_seq_ms} ms/seq"
+    )
+    rows = []
+    for round_no in range(args.rounds):
+        for name in args.layouts.split(","):
+            (work / f"r{round_no}").mkdir(exist_ok=True)
+            layout = Layout(name, env, work / f"r{round_no}")
+            try:
+                rows.append(run_loop(burst(layout, args.streams, args.tokens)))
+            finally:
+                layout.stop()
+            print_table(HEADERS, rows[-1:])
+            sys.stdout.flush()
+    print(f"\nall rounds (load now {os.getloadavg()[0]:.1f}):")
+    print_table(HEADERS, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
