@@ -8,7 +8,9 @@
 - `browser`: Playwright in Chromium (e2e).
 
 A test that already carries a tier mark keeps it: tests/engine/test_engine_contract.py marks its
-ENGINE=openai case `live` because it runs in front of a compiled llama-server.
+ENGINE=openai case `live` because it runs in front of a compiled llama-server, and its
+ENGINE=process case (like tests/engine/test_engine_process.py) because an engine process runs
+beside it.
 
 Under pytest-xdist with `--dist loadfile` (the live tier, scripts/test) the slowest files are handed
 out first (`SLOWEST_FIRST`), so that the workers finish together.

@@ -7,7 +7,8 @@ items 5 and 6): a burst of page streams from the synthetic engine, each layout i
 
 Layouts: `inproc` is today's default (one uvicorn process, ENGINE=synthetic in it); a number N is
 `python -m app.engine.process` serving the same synthetic engine plus N uvicorn workers with
-ENGINE=process (sessions in Redis, as replicas share them; deploy/SCALING.md). The client (this
+ENGINE=process (deploy/SCALING.md). Every layout keeps its sessions in Redis (workers must share
+them), so the engine's place is all that differs. The client (this
 process, bench/serving_overhead.py's raw client) signs up once, makes the conversations, and
 opens every stream at once, spreading them over the workers as a proxy would. Per layout and
 round it prints: delivered tok/s, added TTFT p50 (the client's TTFT less the engine's own),
@@ -66,7 +67,7 @@ class Layout:
         self.engine = EngineProcess(folder / "engine.sock", env, folder / "engine.log").start()
         shared = {**env, "ENGINE": "process", "ENGINE_SOCKET": str(self.engine.socket)}
         for i in range(int(name)):
-            worker_env = {**shared, "REPLICA_ID": f"w{i}", "SESSION_STORE_URL": REDIS_URL}
+            worker_env = {**shared, "REPLICA_ID": f"w{i}"}
             server = Server(worker_env, folder / f"worker-{i}.log")
             server.migrate = i == 0  # one migration, before the others start
             self.workers.append(server.start())
@@ -96,12 +97,9 @@ async def burst(layout: Layout, streams: int, tokens: int) -> list[str]:
         for client in clients[1:]:
             client.cookies = clients[0].cookies  # one log-in, valid on every worker (Redis)
         content = synthetic_content(tokens)
+        warm = [(c, conv) for c in clients for conv in await new_conversations(c, 2)]
         await asyncio.gather(  # warm-up: first-request costs out of the figures
-            *(
-                stream_reply_raw(c, conv, content(0), max_tokens=tokens)
-                for c in clients
-                for conv in await new_conversations(c, 2)
-            )
+            *(stream_reply_raw(c, conv, content(0), max_tokens=tokens) for c, conv in warm)
         )
         conversations = await new_conversations(clients[0], streams)
         start = asyncio.Event()
@@ -182,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = {
         "ENGINE": "synthetic",
         "DATA_DIR": str(work),
+        "SIGNUP_MODE": "open",  # a fresh user per layout, in a database that outlives the run
+        # sessions in Redis for every layout (workers must share them): only the engine differs
+        "SESSION_STORE_URL": REDIS_URL,
         "DATABASE_URL": args.database_url,
         "ENGINE_MAX_SEQS": str(args.streams),
         "ENGINE_KV_CELLS": str(args.streams * (args.tokens + 256) + 4096),

@@ -21,9 +21,10 @@ import asyncio
 import contextlib
 import logging
 import socket
+import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from app.engine.base import (
     ChatMessages,
@@ -53,6 +54,7 @@ class EngineProcessClient:
         self._wait_s = settings.process_wait_s
         self._streams: dict[str, EventStream] = {}
         self._calls: socket.socket | None = None  # None: not connected
+        self._call_lock = threading.Lock()
         self._writer: asyncio.StreamWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -148,6 +150,8 @@ class EngineProcessClient:
                             del self._streams[request_id]
             except (asyncio.IncompleteReadError, ConnectionError):
                 log.error("the engine process went away")
+            except Exception:  # a frame we cannot read: start again rather than hang the streams
+                log.exception("reading the engine process's events failed")
             self._disconnected("the engine process went away", FinishReason.ERROR)
             reader = await self._connect(deadline=None)
 
@@ -168,24 +172,30 @@ class EngineProcessClient:
     def _call(self, name: str, *args: Any) -> Any:
         """One call to the engine process, waiting for its answer (this worker's loop waits too:
         a step at most, as an engine's own `generate` holds the loop while it tokenises)."""
-        calls = self._calls
-        if calls is None:
-            raise EngineUnavailableError(self._why)
-        try:
-            calls.sendall(wire.encode((name, *args)))
-            status, value = wire.receive(calls)
-        except OSError as exc:  # a timeout included: this connection is out of step now
-            calls.close()
-            self._calls = None
-            self._why = f"the engine process did not answer: {exc}"
-            if self._writer is not None:
-                self._writer.close()  # the events task sees the end and reconnects
-            raise EngineUnavailableError(self._why) from exc
+        with self._call_lock:  # /metrics may be collected on another thread
+            calls = self._calls
+            if calls is None:
+                raise EngineUnavailableError(self._why)
+            try:
+                calls.sendall(wire.encode((name, *args)))
+                status, value = wire.receive(calls)
+            except OSError as exc:
+                self._call_failed(calls, exc)
         if status == "refused":
             raise value
         if status == "failed":
             raise EngineError(value)
         return value
+
+    def _call_failed(self, calls: socket.socket, exc: OSError) -> NoReturn:
+        """A call failed (a timeout included): this connection is out of step now, so drop both;
+        the events task sees the end, fails what was open and connects again."""
+        calls.close()
+        self._calls = None
+        self._why = f"the engine process did not answer: {exc}"
+        if self._writer is not None:
+            self._writer.close()
+        raise EngineUnavailableError(self._why) from exc
 
     def count_tokens(self, message: Mapping[str, str]) -> int:
         return int(self._call("count_tokens", dict(message)))
