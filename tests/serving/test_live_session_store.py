@@ -188,3 +188,27 @@ def test_control_a_client_without_retries_fails_on_its_stale_connection(
     assert isinstance(error, RedisConnectionError), repr(error)
     assert "closed by server" in str(error)
     assert asyncio.run(_command_after_restart(redis_client(redis_server.url), redis_server)) is None
+
+
+def test_a_burst_of_requests_waits_for_the_stores_connections_instead_of_failing(
+    shared_store_server: LiveServer,
+) -> None:
+    """300 requests at once, each loading its session from Redis: more than the client's pool of
+    100 connections. redis-py's default pool refused the 101st at once (`MaxConnectionsError`,
+    a 503 here); the app's pool makes them wait for a connection, so every one answers 200."""
+    client = logged_in(shared_store_server, "burst@example.com")
+    cookies = dict(client.http.cookies)
+    client.close()
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(
+            base_url=shared_store_server.url,
+            cookies=cookies,
+            timeout=30,
+            limits=httpx.Limits(max_connections=None),
+        ) as http:
+            responses = await asyncio.gather(*(http.get("/api/conversations") for _ in range(300)))
+        return [r.status_code for r in responses]
+
+    statuses = asyncio.run(burst())
+    assert statuses.count(200) == 300, sorted(set(statuses))
