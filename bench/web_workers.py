@@ -3,7 +3,7 @@ items 5 and 6): a burst of page streams from the synthetic engine, each layout i
 
     python bench/web_workers.py --database-url postgresql://postgres@127.0.0.1/bench \\
         [--layouts inproc,1,2] [--streams 1024] [--tokens 300] [--step-ms 20]
-        [--per-seq-ms 0.01] [--rounds 2]
+        [--per-seq-ms 0.01] [--rounds 2] [--profile DIR]
 
 Layouts: `inproc` is today's default (one uvicorn process, ENGINE=synthetic in it); a number N is
 `python -m app.engine.process` serving the same synthetic engine plus N uvicorn workers with
@@ -13,22 +13,30 @@ process, bench/serving_overhead.py's raw client) signs up once, makes the conver
 opens every stream at once, spreading them over the workers as a proxy would. Per layout and
 round it prints: delivered tok/s, added TTFT p50 (the client's TTFT less the engine's own),
 response headers p50, gap p99 overhead (client's p99 gap less the engine's, per stream: median
-and p99 stream), server CPU (every server process, engine process included: 1.00 = one core),
-and the end states. The layouts alternate within each round, so they share the machine's noise.
+and p99 stream), server CPU (1.00 = one core) and CPU per delivered token, each split into the
+web processes and the engine process (for `inproc` the engine's work is in the web process),
+and the end states. The per-token split is what a machine with a core per process would scale
+by: one engine process delivers at most 1 / its us per token, each worker 1 / its own. The layouts alternate within each round, so they share the machine's noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+
+import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,6 +48,7 @@ from bench.serving_overhead import (  # noqa: E402
     new_client,
     new_conversations,
     pct,
+    print_profile,
     print_table,
     proc_cpu_s,
     run_loop,
@@ -61,6 +70,8 @@ class Layout:
         self.workers: list[Server] = []
         folder = work / f"layout-{name}"
         folder.mkdir()
+        with redis.Redis.from_url(REDIS_URL) as store:  # this bench's own Redis database:
+            store.flushdb()  # no sessions or sign-up counts left from an earlier layout
         if name == "inproc":
             self.workers.append(Server(env, folder / "server.log").start())
             return
@@ -79,8 +90,11 @@ class Layout:
             pids.append(self.engine.process.pid)
         return pids
 
-    def cpu_s(self) -> float:
-        return sum(proc_cpu_s(pid) for pid in self.pids)
+    def cpu_s(self) -> tuple[float, float]:
+        """CPU seconds so far: (every worker, the engine process; 0 for inproc)."""
+        workers = sum(proc_cpu_s(w.pid) for w in self.workers)
+        engine = self.engine
+        return workers, (proc_cpu_s(engine.process.pid) if engine and engine.process else 0.0)
 
     def stop(self) -> None:
         for worker in self.workers:
@@ -90,7 +104,9 @@ class Layout:
             self.engine.stop()
 
 
-async def burst(layout: Layout, streams: int, tokens: int) -> list[str]:
+async def burst(
+    layout: Layout, streams: int, tokens: int, profile: Path | None = None
+) -> list[str]:
     clients = [new_client(w.url) for w in layout.workers]
     try:
         await signup(clients[0])
@@ -112,17 +128,51 @@ async def burst(layout: Layout, streams: int, tokens: int) -> list[str]:
             for i, conv in enumerate(conversations)
         ]
         await asyncio.sleep(0.2)  # every task waits at the gate
-        cpu0, t0 = layout.cpu_s(), time.monotonic()
+        (web0, engine0), t0 = layout.cpu_s(), time.monotonic()
         start.set()
+        spies = [] if profile is None else await spy(layout, profile)
         results = await asyncio.gather(*tasks)
-        wall, cpu = time.monotonic() - t0, layout.cpu_s() - cpu0
+        for process in spies:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGINT)
+            await process.wait()
+        (web1, engine1), wall = layout.cpu_s(), time.monotonic() - t0
+        cpu = (web1 - web0, engine1 - engine0)
     finally:
         for client in clients:
             await client.aclose()
     return row(layout.name, results, wall, cpu)
 
 
-def row(name: str, results: Sequence[StreamResult], wall: float, cpu: float) -> list[str]:
+async def spy(layout: Layout, folder: Path) -> list[asyncio.subprocess.Process]:
+    """py-spy on every server process of the layout, through the burst (files in `folder`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    names = [f"worker-{i}" for i in range(len(layout.workers))] + ["engine"]
+    return [
+        await asyncio.create_subprocess_exec(
+            binary,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "200",
+            "--gil",
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--output",
+            str(folder / f"{layout.name}-{name}.txt"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid, name in zip(layout.pids, names, strict=False)
+    ]
+
+
+def row(
+    name: str, results: Sequence[StreamResult], wall: float, cpu: tuple[float, float]
+) -> list[str]:
     ok = [r for r in results if r.ttft_s is not None and r.final]
     tokens = sum((r.final or {}).get("usage", {}).get("completion_tokens", 0) for r in ok)
     timings = [(r.final or {}).get("timings", {}) for r in ok]
@@ -149,7 +199,8 @@ def row(name: str, results: Sequence[StreamResult], wall: float, cpu: float) -> 
         f"{fmt(statistics.median(gap_over), 0)} / {fmt(pct(gap_over, 0.99), 0)}"
         if gap_over
         else "-",
-        fmt(cpu / wall, 2),
+        f"{fmt(sum(cpu) / wall, 2)} ({fmt(cpu[0] / wall, 2)} + {fmt(cpu[1] / wall, 2)})",
+        f"{fmt(cpu[0] / tokens * 1e6, 0)} + {fmt(cpu[1] / tokens * 1e6, 0)}" if tokens else "-",
         ",".join(f"{k}:{v}" for k, v in sorted(states.items())),
     ]
 
@@ -161,7 +212,8 @@ HEADERS = [
     "added TTFT p50 ms",
     "headers p50 ms",
     "gap p99 over, median / p99 stream ms",
-    "server CPU",
+    "server CPU (web + engine proc.)",
+    "us/token web + engine proc.",
     "end states",
 ]
 
@@ -175,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--per-seq-ms", type=float, default=0.01)
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--profile", type=Path, default=None, metavar="DIR", help="py-spy each process")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     env = {
@@ -200,7 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             (work / f"r{round_no}").mkdir(exist_ok=True)
             layout = Layout(name, env, work / f"r{round_no}")
             try:
-                rows.append(run_loop(burst(layout, args.streams, args.tokens)))
+                rows.append(run_loop(burst(layout, args.streams, args.tokens, args.profile)))
+                if args.profile:
+                    for path in sorted(args.profile.glob(f"{name}-*.txt")):
+                        print_profile(path, top=12)
             finally:
                 layout.stop()
             print_table(HEADERS, rows[-1:])

@@ -123,6 +123,12 @@ class TextDelta:
         int, ...
     ]  # the tokens sampled since the previous event (may be more than the text shows)
 
+    def __reduce__(self) -> tuple[type, tuple[str, tuple[int, ...]]]:
+        # Pickled per token to web workers (app/engine/process): a slotted dataclass's default
+        # pickling calls dataclasses.fields() for every object, a third of the engine process's
+        # time at 1,024 streams (bench/web_workers.py --profile).
+        return (TextDelta, (self.text, self.token_ids))
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -136,6 +142,21 @@ class Finished:
     finished_at: float
     error: str | None = None
     admitted_at: float | None = None  # left the waiting queue (None: never admitted, or unknown)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:  # as TextDelta's
+        return (
+            Finished,
+            (
+                self.reason,
+                self.prompt_tokens,
+                self.completion_tokens,
+                self.queued_at,
+                self.first_token_at,
+                self.finished_at,
+                self.error,
+                self.admitted_at,
+            ),
+        )
 
 
 EngineEvent = TextDelta | Finished
