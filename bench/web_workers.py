@@ -146,7 +146,6 @@ async def burst(
 
 async def spy(layout: Layout, folder: Path) -> list[asyncio.subprocess.Process]:
     """py-spy on every server process of the layout, through the burst (files in `folder`)."""
-    folder.mkdir(parents=True, exist_ok=True)
     binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     names = [f"worker-{i}" for i in range(len(layout.workers))] + ["engine"]
     return [
@@ -229,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--profile", type=Path, default=None, metavar="DIR", help="py-spy each process")
     args = p.parse_args(argv)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-workers-"))
     env = {
         "ENGINE": "synthetic",
