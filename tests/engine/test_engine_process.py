@@ -54,10 +54,15 @@ async def test_a_crashed_engine_process_ends_open_replies_failed_and_is_used_aga
     engine_process: EngineProcess, worker: EngineProcessClient
 ) -> None:
     stream = worker.generate("r", ask(1500), PARAMS)
-    assert isinstance(await anext(stream), TextDelta)
+    first = await anext(stream)
+    assert isinstance(first, TextDelta)
     engine_process.kill()
-    _, _, fin = await asyncio.wait_for(collect(stream), timeout=10)
+    _, deltas, fin = await asyncio.wait_for(collect(stream), timeout=10)
     assert fin.reason is FinishReason.ERROR and "went away" in (fin.error or "")
+    # what was delivered is counted (usage, quotas), though its engine is gone
+    delivered = len(first.token_ids) + sum(len(d.token_ids) for d in deltas)
+    assert fin.completion_tokens == delivered > 0
+    assert fin.first_token_at is not None and fin.queued_at <= fin.first_token_at
     assert "went away" in (worker.stats().unavailable or "")
     with pytest.raises(EngineUnavailableError):
         worker.generate("s", ask(5), PARAMS)

@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from app.engine.base import (
@@ -46,13 +47,35 @@ CALL_TIMEOUT_S = 10.0  # a call blocks this worker's loop: an engine process tha
 RECONNECT_MAX_S = 2.0
 
 
+@dataclass(slots=True, eq=False)
+class _Open:
+    """One open request as this worker saw it: what it can say if the engine process dies."""
+
+    stream: EventStream
+    queued_at: float = field(default_factory=time.time)
+    first_token_at: float | None = None
+    completion_tokens: int = 0
+
+    def ended(self, reason: FinishReason, why: str) -> Finished:
+        now = time.time()
+        return Finished(
+            reason,
+            prompt_tokens=0,  # the engine process knew it; it is gone
+            completion_tokens=self.completion_tokens,
+            queued_at=self.queued_at,
+            first_token_at=self.first_token_at,
+            finished_at=now,
+            error=why,
+        )
+
+
 class EngineProcessClient:
     def __init__(self, settings: EngineSettings) -> None:
         if not settings.socket_path:
             raise ValueError("ENGINE=process needs ENGINE_SOCKET: the engine process's socket")
         self._path = settings.socket_path
         self._wait_s = settings.process_wait_s
-        self._streams: dict[str, EventStream] = {}
+        self._open_requests: dict[str, _Open] = {}
         self._calls: socket.socket | None = None  # None: not connected
         self._call_lock = threading.Lock()
         self._writer: asyncio.StreamWriter | None = None
@@ -142,12 +165,16 @@ class EngineProcessClient:
                 while True:
                     _, batch = await wire.read(reader)
                     for request_id, event in batch:
-                        stream = self._streams.get(request_id)
-                        if stream is None:
+                        request = self._open_requests.get(request_id)
+                        if request is None:
                             continue
-                        stream.push(event)
                         if isinstance(event, Finished):
-                            del self._streams[request_id]
+                            del self._open_requests[request_id]
+                        else:
+                            request.completion_tokens += len(event.token_ids)
+                            if request.first_token_at is None:
+                                request.first_token_at = time.time()
+                        request.stream.push(event)
             except (asyncio.IncompleteReadError, ConnectionError):
                 log.error("the engine process went away")
             except Exception:  # a frame we cannot read: start again rather than hang the streams
@@ -162,10 +189,9 @@ class EngineProcessClient:
         if self._calls is not None:
             self._calls.close()
         self._writer = self._calls = None
-        now = time.time()
-        streams, self._streams = self._streams, {}
-        for stream in streams.values():
-            stream.push(Finished(reason, 0, 0, now, None, now, error=why))
+        requests, self._open_requests = self._open_requests, {}
+        for request in requests.values():
+            request.stream.push(request.ended(reason, why))
 
     # -- the contract -----------------------------------------------------------------------------
 
@@ -208,14 +234,15 @@ class EngineProcessClient:
         *,
         owner: str | None = None,
     ) -> EventStream:
-        if request_id in self._streams:
+        if request_id in self._open_requests:
             raise DuplicateRequestError(f"request {request_id!r} is already running")
         stream = EventStream(request_id, self.abort)
-        self._streams[request_id] = stream  # before the call: its first events may follow at once
+        # registered before the call: its first events may follow at once
+        self._open_requests[request_id] = _Open(stream)
         try:
             self._call("generate", request_id, [dict(m) for m in messages], params, owner)
         except BaseException:
-            self._streams.pop(request_id, None)
+            self._open_requests.pop(request_id, None)
             raise
         return stream
 
@@ -223,8 +250,8 @@ class EngineProcessClient:
         loop = self._loop
         if loop is None or hop_to_loop(loop, self.abort, request_id):
             return
-        stream = self._streams.get(request_id)
-        if stream is not None and not stream.finished and self._writer is not None:
+        request = self._open_requests.get(request_id)
+        if request is not None and not request.stream.finished and self._writer is not None:
             self._writer.write(wire.encode(("abort", request_id)))
 
     def stats(self) -> EngineStats:
