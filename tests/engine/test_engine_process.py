@@ -128,3 +128,15 @@ def test_a_socket_another_user_owns_is_refused(
 
 def test_the_socket_is_private(engine_process: EngineProcess) -> None:
     assert engine_process.socket.stat().st_mode & 0o777 == 0o600
+
+
+async def test_sigterm_ends_the_engine_process_cleanly_under_a_connected_worker(
+    engine_process: EngineProcess, worker: EngineProcessClient
+) -> None:
+    stream = worker.generate("r", ask(1500), PARAMS)
+    await anext(stream)
+    assert engine_process.stop() == 0  # SIGTERM: exits by itself (no SIGKILL after 15 s)
+    _, _, fin = await asyncio.wait_for(collect(stream), timeout=10)
+    assert fin.reason is FinishReason.ERROR
+    assert not engine_process.socket.exists()
+    assert "Traceback" not in engine_process.log_path.read_text()

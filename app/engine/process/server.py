@@ -65,6 +65,8 @@ class EngineServer:
         self._workers: dict[int, _Worker] = {}
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
+        # each open connection's handler, and its writer: closing that ends the handler
+        self._handlers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -79,13 +81,20 @@ class EngineServer:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            for worker in list(self._workers.values()):
-                worker.writer.close()
+            # End every connection's handler here: one the loop's teardown cancels instead is
+            # logged as an error by asyncio's streams (the task's exception() raises).
+            for writer in list(self._handlers.values()):
+                writer.close()
+            if self._handlers:
+                await asyncio.wait(list(self._handlers), timeout=5)
             await self._server.wait_closed()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers[handler] = writer
         try:
             kind, *args = await wire.read(reader)
             if kind == "events":
@@ -96,6 +105,7 @@ class EngineServer:
             pass  # the worker went away (or named one that did)
         finally:
             writer.close()
+            self._handlers.pop(handler, None)
 
     async def _events(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         worker = _Worker(next(self._ids), writer)
