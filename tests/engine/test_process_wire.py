@@ -1,10 +1,15 @@
 """What crosses from the engine process to its web workers (app/engine/process/wire.py) arrives
-whole: events with every field, refusals with what the web layer reads from them."""
+whole: events with every field, refusals with what the web layer reads from them; and a worker
+that stops reading cannot grow the engine process's memory."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import pickle
+from pathlib import Path
+
+import pytest
 
 from app.engine.base import (
     EngineStats,
@@ -12,10 +17,14 @@ from app.engine.base import (
     FinishReason,
     PrefixCacheStats,
     PromptTooLongError,
+    SamplingParams,
     TextDelta,
 )
 from app.engine.process import wire
+from app.engine.process.server import EngineServer
+from app.engine.synthetic.engine import SyntheticEngine
 from app.engine.trtllm.limits import PromptOverBatchError
+from app.settings import EngineSettings
 
 
 def round_trip(value: object) -> object:
@@ -67,3 +76,48 @@ def test_stats_cross_whole() -> None:
         unavailable="loading",
     )
     assert round_trip(stats) == stats
+
+
+async def test_a_worker_that_stops_reading_is_let_go_and_its_requests_aborted(
+    tmp_path: Path,
+) -> None:
+    """The engine process in this test's loop (EngineServer over the synthetic engine) and a
+    worker that asks for replies, then never reads its events: once its socket holds more than
+    the server lets it leave unread, it is disconnected and its requests end (KV freed)."""
+    engine = SyntheticEngine(
+        EngineSettings(
+            kind="synthetic", synthetic_step_ms=1.0, synthetic_per_seq_ms=0.0, kv_cells=80_000
+        )
+    )
+    await engine.start()
+    server = EngineServer(engine, str(tmp_path / "engine.sock"), max_unread_bytes=32 * 1024)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(server.path)
+        writer.write(wire.encode(("events",)))
+        _, worker_id, *_ = await wire.read(reader)
+        calls_reader, calls = await asyncio.open_unix_connection(server.path)
+        calls.write(wire.encode(("calls", worker_id)))
+        ask = [{"role": "user", "content": "go on [[synthetic:tokens=3000]]"}]
+        for i in range(20):
+            calls.write(
+                wire.encode(("generate", f"r{i}", ask, SamplingParams(max_tokens=3000), None))
+            )
+            assert await wire.read(calls_reader) == ("ok", None)
+        stats = engine.stats()
+        assert stats.running + stats.waiting == 20
+        for _ in range(500):  # ~200 KB of the socket's own buffer first, then the limit
+            stats = engine.stats()
+            if stats.running + stats.waiting == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert (stats.running, stats.waiting) == (0, 0)
+        assert stats.tokens_generated < 20 * 3000  # cut short, not run to their ends
+        with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+            while True:  # what was buffered, then the end: the server let go
+                await wire.read(reader)
+        writer.close()
+        calls.close()
+    finally:
+        await server.close()
+        await engine.shutdown()

@@ -12,7 +12,8 @@ Each web worker opens two connections (app/engine/process/client.py):
 
 Request ids are the worker's own: the engine sees them prefixed by the worker's id, so two
 workers never collide. A worker that goes away (its events connection closes) has its open
-requests aborted: nobody would read their text.
+requests aborted: nobody would read their text. So has one that stops reading its events
+(`max_unread_bytes` left in its socket's buffer): this process's memory stays bounded.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ from app.engine.streams import EventStream
 log = logging.getLogger(__name__)
 
 
+MAX_UNREAD_BYTES = 64 * 1024 * 1024
+
+
 class _Worker:
     """One connected web worker: its open requests and its outbound batch of events."""
 
-    def __init__(self, worker_id: int, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, worker_id: int, writer: asyncio.StreamWriter, max_unread_bytes: int) -> None:
         self.worker_id = worker_id
         self.writer = writer
+        self.max_unread_bytes = max_unread_bytes
         self.open: set[str] = set()
         self._batch: list[tuple[str, EngineEvent]] = []
         self.closed = False
@@ -56,12 +61,24 @@ class _Worker:
         batch, self._batch = self._batch, []
         if batch and not self.closed:
             self.writer.write(wire.encode(("events", batch)))
+            unread = self.writer.transport.get_write_buffer_size()
+            if unread > self.max_unread_bytes:
+                # A worker that stopped reading (its loop stuck) would grow this process's
+                # memory without end: let it go; its requests are aborted as it leaves, and it
+                # connects again once it reads (app/engine/process/client.py).
+                log.error("worker %d left %d bytes unread: disconnected", self.worker_id, unread)
+                self.closed = True
+                self.writer.transport.abort()
 
 
 class EngineServer:
-    def __init__(self, engine: Engine, path: str) -> None:
+    def __init__(
+        self, engine: Engine, path: str, *, max_unread_bytes: int = MAX_UNREAD_BYTES
+    ) -> None:
+        """`max_unread_bytes`: events a worker may leave unread before it is disconnected."""
         self.engine = engine
         self.path = path
+        self.max_unread_bytes = max_unread_bytes
         self._workers: dict[int, _Worker] = {}
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
@@ -108,7 +125,7 @@ class EngineServer:
             self._handlers.pop(handler, None)
 
     async def _events(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        worker = _Worker(next(self._ids), writer)
+        worker = _Worker(next(self._ids), writer, self.max_unread_bytes)
         self._workers[worker.worker_id] = worker
         e = self.engine
         writer.write(
