@@ -77,11 +77,15 @@ class Layout:
             return
         self.engine = EngineProcess(folder / "engine.sock", env, folder / "engine.log").start()
         shared = {**env, "ENGINE": "process", "ENGINE_SOCKET": str(self.engine.socket)}
-        for i in range(int(name)):
-            worker_env = {**shared, "REPLICA_ID": f"w{i}"}
-            server = Server(worker_env, folder / f"worker-{i}.log")
-            server.migrate = i == 0  # one migration, before the others start
-            self.workers.append(server.start())
+        try:
+            for i in range(int(name)):
+                worker_env = {**shared, "REPLICA_ID": f"w{i}"}
+                server = Server(worker_env, folder / f"worker-{i}.log")
+                server.migrate = i == 0  # one migration, before the others start
+                self.workers.append(server.start())
+        except BaseException:
+            self.stop()  # no process left behind by a layout that did not come up
+            raise
 
     @property
     def pids(self) -> list[int]:
