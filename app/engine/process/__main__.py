@@ -9,10 +9,8 @@ The workers run with ENGINE=process and the same ENGINE_SOCKET (app/engine/proce
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
-import sys
 
 from app.engine import create_engine
 from app.engine.process.server import EngineServer
@@ -53,8 +51,7 @@ def main() -> None:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    runner(serve(dataclasses.replace(settings)))
-    sys.exit(0)
+    runner(serve(settings))
 
 
 if __name__ == "__main__":
